@@ -1,0 +1,172 @@
+"""The Dynamo entry point: ``torch.compile(model, backend="kforge")``.
+
+Flow: Dynamo graph -> AOTAutograd inference graph (ATen, functional) -> scan candidates -> ask the kernel provider
+for verified kernels by signature key -> rewrite -> run the rest eagerly or through Inductor.
+
+Failure policy (Note [the user's model never breaks]): any exception inside kforge is logged once, naming the
+operator it concerns, and the graph falls back to what PyTorch would do; with ``strict`` it is raised instead.
+A bad option is always raised: that is the user's error, not kforge's.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+import torch
+import torch.fx
+from torch._dynamo.utils import counters
+
+from .capture import scan
+from .cards import OperatorCard
+from .config import KforgeConfig
+from .registry import REGISTRY, KernelImpl
+from .rewrite import Replacement, apply
+
+log = logging.getLogger("kforge")
+
+
+class KernelProvider(Protocol):
+    """Returns verified kernels for the cards it can serve, keyed by signature key (may search on a miss)."""
+
+    def kernels_for(self, cards: list[OperatorCard], cfg: KforgeConfig) -> dict[str, KernelImpl]: ...
+
+
+@dataclass
+class CompileReport:
+    """What one graph compile did; handed to ``on_report`` callbacks and logged."""
+
+    ops_seen: int = 0
+    candidates: int = 0
+    signatures: int = 0
+    replaced: list[tuple[str, str, float | None]] = field(default_factory=list)  # (op, key, speedup)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    fallback: str | None = None
+    seconds: float = 0.0
+
+
+def _needs_backward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    tensors += list(gm.parameters())
+    return any(t.requires_grad for t in tensors)
+
+
+def _run_inner(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: KforgeConfig) -> Callable:
+    if cfg.inner == "inductor":
+        from torch._inductor.compile_fx import compile_fx
+
+        compiled = compile_fx(gm, list(example_inputs))
+
+        def run(*args: Any) -> Any:
+            return compiled(*args)
+
+        return run
+    return gm.forward
+
+
+def _boxed(fn: Callable) -> Callable:
+    def run(args: list[Any]) -> Any:
+        return fn(*args)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
+def _default_provider(cfg: KforgeConfig) -> KernelProvider:
+    from .runtime.provider import default_provider
+
+    return default_provider(cfg)
+
+
+def make_backend(provider: KernelProvider | None = None,
+                 on_report: Callable[[CompileReport], None] | None = None) -> Callable:
+    """Build a backend function. ``provider`` defaults to the GPU runtime; tests pass a CPU provider."""
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
+        options = dict(kwargs.pop("options", None) or {})
+        options.update({k: v for k, v in kwargs.items() if k != "mode"})
+        cfg = KforgeConfig.load(options)
+        report = CompileReport()
+        if _needs_backward(gm, example_inputs):
+            log.info("kforge: graph needs a backward pass; passing it through unchanged (inner=%s)", cfg.inner)
+            report.fallback = "backward"
+            _emit(report, on_report)
+            return _run_inner(gm, example_inputs, cfg)
+        fw = functools.partial(_forward_compiler, cfg=cfg, provider=provider, report=report, on_report=on_report)
+        try:
+            from torch._functorch.aot_autograd import aot_module_simplified
+
+            return aot_module_simplified(gm, list(example_inputs), fw_compiler=fw, decompositions={})
+        except Exception as e:  # Note [the user's model never breaks]
+            if cfg.strict:
+                raise
+            counters["kforge"]["graph_fallback"] += 1
+            log.warning("kforge: graph capture failed (%s: %s); running the graph with plain PyTorch (inner=%s)",
+                        type(e).__name__, e, cfg.inner)
+            return _run_inner(gm, example_inputs, cfg)
+
+    return backend
+
+
+def _emit(report: CompileReport, on_report: Callable[[CompileReport], None] | None) -> None:
+    if on_report is not None:
+        on_report(report)
+
+
+def _forward_compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, cfg: KforgeConfig,
+                      provider: KernelProvider | None, report: CompileReport,
+                      on_report: Callable[[CompileReport], None] | None) -> Callable:
+    t0 = time.perf_counter()
+    work = _copy_module(gm)  # rewrite a copy, so a failure half way leaves the original graph intact
+    try:
+        _plan_and_rewrite(work, cfg, provider, report)
+        gm = work
+    except Exception as e:  # Note [the user's model never breaks]
+        if cfg.strict:
+            raise
+        counters["kforge"]["rewrite_fallback"] += 1
+        report.fallback = f"{type(e).__name__}: {e}"
+        report.replaced.clear()
+        log.warning("kforge: rewrite failed (%s: %s); this graph runs without kforge kernels", type(e).__name__, e)
+    report.seconds = time.perf_counter() - t0
+    log.info("kforge: %d ATen ops, %d candidates (%d signatures), %d replaced in %.2fs", report.ops_seen,
+             report.candidates, report.signatures, len(report.replaced), report.seconds)
+    _emit(report, on_report)
+    inner = _run_inner(gm, example_inputs, cfg)
+    return _boxed(inner)
+
+
+def _copy_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _plan_and_rewrite(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: KernelProvider | None,
+                      report: CompileReport) -> None:
+    found = scan(gm, cfg.families)
+    report.ops_seen, report.candidates, report.skipped = found.ops_seen, len(found.candidates), found.skipped
+    if not found.candidates:
+        return
+    cards = found.cards()
+    report.signatures = len(cards)
+    provider = provider if provider is not None else _default_provider(cfg)
+    impls = provider.kernels_for(cards, cfg)
+    replacements = []
+    for c in found.candidates:
+        impl = impls.get(c.signature.key())
+        if impl is None:
+            continue
+        REGISTRY.register(impl)
+        replacements.append(Replacement(c.node, c.signature, impl))
+        report.replaced.append((c.signature.op, impl.key, impl.speedup))
+    apply(gm, replacements, direct=cfg.inner == "eager")
+    counters["kforge"]["replaced_nodes"] += len(replacements)
+
+
+kforge_backend = make_backend()

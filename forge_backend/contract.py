@@ -1,0 +1,331 @@
+"""The kernel contract: a candidate is data (device-only CUDA source + a declarative launch plan).
+
+Leaf module: it imports nothing from kforge except errors, so proposers, the LLM parser, the runtime and the
+verifier all share one definition.
+
+Plan format (JSON-able)::
+
+    {"launches": [{"kernel": "softmax_rows", "grid": ["cdiv(rows, 4)", 1, 1], "block": [128, 1, 1],
+                   "smem": "0", "args": ["in:self", "out:0", "i32:rows", "i32:cols"]}],
+     "scratch": {"partial": {"bytes": "rows * 8", "zero": false}}}
+
+Arguments, in kernel-parameter order:
+
+* ``in:NAME``      pointer to the input tensor whose schema argument is NAME (``self``, ``input``, ``weight``...)
+* ``out:I``        pointer to output I of the ATen op (the card's outputs; only outputs the graph uses exist)
+* ``scratch:NAME`` pointer to a scratch buffer declared in ``scratch``
+* ``i32:EXPR`` / ``i64:EXPR``  integer arithmetic over the card's named sizes
+* ``f32:NAME``     a float scalar of the op (``eps``) or a float literal
+
+Expressions are integers, named sizes, ``+ - * // %``, parentheses, and the functions ``cdiv``, ``min``, ``max``.
+They are parsed with :mod:`ast` and walked by a tiny evaluator: there is no ``eval``.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .errors import ContractViolation, PlanError
+
+CONTRACT_VERSION = 1
+
+# Headers NVRTC compiles with the CUDA include directory; nothing on disk beyond these.
+ALLOWED_INCLUDES = frozenset(
+    {
+        "cuda_fp16.h",
+        "cuda_bf16.h",
+        "cuda_fp8.h",
+        "cooperative_groups.h",
+        "cooperative_groups/reduce.h",
+        "cooperative_groups/memcpy_async.h",
+        "cuda/pipeline",
+        "cuda/barrier",
+        "math_constants.h",
+        "cuda_pipeline.h",
+        "vector_types.h",
+        "stdint.h",
+        "cstdint",
+    }
+)
+
+# (pattern, reason). Each is an escape from "device code only" or a way to game the timer.
+_FORBIDDEN: tuple[tuple[str, str], ...] = (
+    (r"\b__host__\b", "host code (__host__) is not allowed; the contract is device code only"),
+    (r"\bint\s+main\s*\(", "a main() function is host code"),
+    (r"\bcuda(Malloc|Free|Memcpy|Memset|LaunchKernel|DeviceSynchronize|StreamCreate|GraphLaunch)\w*\s*\(",
+     "CUDA runtime API calls are host-side escapes"),
+    (r"\b(malloc|free|new|delete)\b\s*[\(\[]?", "device heap allocation is not allowed"),
+    (r"\b(clock|clock64)\s*\(", "reading clocks can game the timer"),
+    (r"%globaltimer|%clock|%smid", "reading clocks or SM ids in asm can game the timer"),
+    (r"\b(printf|fopen|fwrite|system|exec\w*|popen|dlopen)\s*\(", "I/O and process calls are not allowed"),
+    (r"\b__nanosleep\s*\(", "sleeping in a kernel is not allowed"),
+    (r"\bstatic\s+__device__\b[^;]*=", "static device state persists across launches (stale-result cheats)"),
+    (r"^\s*__device__\s+(?!.*\()[^;]*;", "global __device__ variables persist across launches (stale results)"),
+)
+_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
+_PRAGMA_RE = re.compile(r"^\s*#\s*(pragma\s+(?!unroll|nv_diag)|line\b|error\b)", re.M)
+_KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s+)?void\s+(\w+)\s*\(')
+_ARG_RE = re.compile(r"^(in|out|scratch|i32|i64|f32):(.+)$")
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: str
+    grid: tuple[Any, Any, Any]
+    block: tuple[Any, Any, Any]
+    args: tuple[str, ...]
+    smem: Any = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kernel": self.kernel, "grid": list(self.grid), "block": list(self.block), "smem": self.smem,
+                "args": list(self.args)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Launch":
+        try:
+            grid, block = list(d["grid"]), list(d["block"])
+            grid += [1] * (3 - len(grid))
+            block += [1] * (3 - len(block))
+            return cls(str(d["kernel"]), tuple(grid[:3]), tuple(block[:3]), tuple(str(a) for a in d["args"]),
+                       d.get("smem", 0))
+        except (KeyError, TypeError) as e:
+            raise ContractViolation(f"launch entry is malformed ({e}); it needs kernel, grid, block and args") from e
+
+
+@dataclass(frozen=True)
+class Scratch:
+    nbytes: Any
+    zero: bool = False
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Device source plus launch plan. ``description`` is one line for the UI; ``params`` the template knobs."""
+
+    source: str
+    launches: tuple[Launch, ...]
+    scratch: tuple[tuple[str, Scratch], ...] = ()
+    description: str = ""
+    params: tuple[tuple[str, Any], ...] = field(default=())
+    requires_align: int = 1  # bytes every tensor pointer must be aligned to (vector loads); checked at call time
+
+    def plan_json(self) -> dict[str, Any]:
+        return {"launches": [l.to_json() for l in self.launches],
+                "scratch": {k: {"bytes": s.nbytes, "zero": s.zero} for k, s in self.scratch},
+                "requires_align": self.requires_align}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "plan": self.plan_json(), "description": self.description,
+                "params": {k: v for k, v in self.params}}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Candidate":
+        plan = d.get("plan") or {}
+        return cls.from_parts(d["source"], plan, d.get("description", ""), d.get("params", {}))
+
+    @classmethod
+    def from_parts(cls, source: str, plan: Mapping[str, Any], description: str = "",
+                   params: Mapping[str, Any] | None = None) -> "Candidate":
+        if not isinstance(plan, Mapping) or not plan.get("launches"):
+            raise ContractViolation("the launch plan needs a non-empty 'launches' list")
+        scratch = []
+        for name, s in (plan.get("scratch") or {}).items():
+            if isinstance(s, Mapping):
+                scratch.append((str(name), Scratch(s.get("bytes", 0), bool(s.get("zero", False)))))
+            else:
+                scratch.append((str(name), Scratch(s)))
+        return cls(source, tuple(Launch.from_json(l) for l in plan["launches"]), tuple(scratch), description,
+                   tuple(sorted((params or {}).items())), int(plan.get("requires_align", 1)))
+
+    def source_hash(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()
+
+    def identity(self) -> str:
+        """Hash of source + plan: two candidates with the same identity are the same kernel."""
+        blob = json.dumps({"s": self.source, "p": self.plan_json()}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# screening
+
+
+def _strip_comments(src: str) -> str:
+    src = re.sub(r"/\*.*?\*/", " ", src, flags=re.S)
+    return re.sub(r"//[^\n]*", "", src)
+
+
+def kernels_defined(source: str) -> set[str]:
+    return set(_KERNEL_RE.findall(_strip_comments(source)))
+
+
+def screen(candidate: Candidate) -> None:
+    """Raise ContractViolation with a clear message when the candidate escapes the contract."""
+    src = _strip_comments(candidate.source)
+    for inc in _INCLUDE_RE.findall(src):
+        if inc not in ALLOWED_INCLUDES:
+            raise ContractViolation(
+                f"#include <{inc}> is not allowed; only headers NVRTC ships: {', '.join(sorted(ALLOWED_INCLUDES))}"
+            )
+    m = _PRAGMA_RE.search(src)
+    if m:
+        raise ContractViolation(f"preprocessor directive '#{m.group(1).strip()}' is not allowed")
+    for pattern, reason in _FORBIDDEN:
+        m = re.search(pattern, src, flags=re.M)
+        if m:
+            line = src[: m.start()].count("\n") + 1
+            raise ContractViolation(f"line {line}: {reason} (found {m.group(0).strip()!r})")
+    defined = kernels_defined(candidate.source)
+    for launch in candidate.launches:
+        if launch.kernel not in defined:
+            raise ContractViolation(
+                f"launch names kernel {launch.kernel!r}, but the source defines only {sorted(defined) or 'none'} "
+                f"as extern \"C\" __global__"
+            )
+        for a in launch.args:
+            _check_arg(a, candidate)
+
+
+def _check_arg(arg: str, candidate: Candidate) -> None:
+    m = _ARG_RE.match(arg)
+    if not m:
+        raise ContractViolation(f"launch argument {arg!r} must start with in:, out:, scratch:, i32:, i64: or f32:")
+    kind, rest = m.groups()
+    if kind == "scratch" and rest not in dict(candidate.scratch):
+        raise ContractViolation(f"argument {arg!r} names an undeclared scratch buffer")
+    if kind in ("i32", "i64"):
+        parse_expr(rest)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# the tiny safe evaluator
+
+_BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+           ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
+_FUNCS = {"cdiv": lambda a, b: -(-a // b), "min": min, "max": max}
+
+
+def parse_expr(expr: Any) -> ast.AST:
+    """Parse and check an integer expression; raises ContractViolation for anything but arithmetic over names."""
+    if isinstance(expr, bool):
+        raise ContractViolation(f"expression {expr!r} is a bool, not an integer")
+    if isinstance(expr, int):
+        return ast.Constant(expr)
+    if not isinstance(expr, str) or len(expr) > 200:
+        raise ContractViolation(f"expression {expr!r} must be an int or a short string")
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except SyntaxError as e:
+        raise ContractViolation(f"expression {expr!r} does not parse: {e.msg}") from e
+    _check_node(tree.body, expr)
+    return tree.body
+
+
+def _check_node(node: ast.AST, expr: str) -> None:
+    if isinstance(node, ast.Constant):
+        if not isinstance(node.value, int) or isinstance(node.value, bool):
+            raise ContractViolation(f"in {expr!r}: only integer constants are allowed, not {node.value!r}")
+    elif isinstance(node, ast.Name):
+        if not node.id.isidentifier() or node.id.startswith("_"):
+            raise ContractViolation(f"in {expr!r}: name {node.id!r} is not allowed")
+    elif isinstance(node, ast.BinOp):
+        if type(node.op) not in _BINOPS:
+            raise ContractViolation(f"in {expr!r}: operator {type(node.op).__name__} is not allowed (+ - * // % only)")
+        _check_node(node.left, expr)
+        _check_node(node.right, expr)
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        _check_node(node.operand, expr)
+    elif isinstance(node, ast.Call):
+        if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS or node.keywords:
+            raise ContractViolation(f"in {expr!r}: only calls of {sorted(_FUNCS)} are allowed")
+        if len(node.args) != 2:
+            raise ContractViolation(f"in {expr!r}: {node.func.id} takes two arguments")
+        for a in node.args:
+            _check_node(a, expr)
+    else:
+        raise ContractViolation(f"in {expr!r}: {type(node).__name__} is not allowed (arithmetic over named sizes only)")
+
+
+def evaluate(expr: Any, sizes: Mapping[str, int]) -> int:
+    """Evaluate an integer plan expression over named sizes."""
+    return _eval_node(parse_expr(expr), sizes, expr)
+
+
+def _eval_node(node: ast.AST, sizes: Mapping[str, int], expr: Any) -> int:
+    if isinstance(node, ast.Constant):
+        return int(node.value)
+    if isinstance(node, ast.Name):
+        if node.id not in sizes:
+            raise PlanError(f"in {expr!r}: unknown size {node.id!r}; known sizes: {', '.join(sorted(sizes))}")
+        return int(sizes[node.id])
+    if isinstance(node, ast.BinOp):
+        left, right = _eval_node(node.left, sizes, expr), _eval_node(node.right, sizes, expr)
+        if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and right == 0:
+            raise PlanError(f"in {expr!r}: division by zero")
+        return _BINOPS[type(node.op)](left, right)
+    if isinstance(node, ast.UnaryOp):
+        v = _eval_node(node.operand, sizes, expr)
+        return -v if isinstance(node.op, ast.USub) else v
+    if isinstance(node, ast.Call):
+        a, b = (_eval_node(x, sizes, expr) for x in node.args)
+        if node.func.id == "cdiv" and b == 0:  # type: ignore[attr-defined]
+            raise PlanError(f"in {expr!r}: cdiv by zero")
+        return int(_FUNCS[node.func.id](a, b))  # type: ignore[attr-defined]
+    raise PlanError(f"cannot evaluate {expr!r}")
+
+
+@dataclass(frozen=True)
+class ResolvedLaunch:
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+    args: tuple[tuple[str, Any], ...]  # (kind, payload): ("in", name) ("out", i) ("scratch", name) ("i32", 5)
+
+
+def resolve_plan(candidate: Candidate, sizes: Mapping[str, int], floats: Mapping[str, float]) -> tuple[
+        tuple[ResolvedLaunch, ...], tuple[tuple[str, int, bool], ...]]:
+    """Evaluate every expression of the plan for one signature. Returns (launches, scratch (name, bytes, zero))."""
+    launches = []
+    for l in candidate.launches:
+        grid = tuple(evaluate(g, sizes) for g in l.grid)
+        block = tuple(evaluate(b, sizes) for b in l.block)
+        smem = evaluate(l.smem, sizes)
+        if min(grid) < 1 or min(block) < 1 or block[0] * block[1] * block[2] > 1024 or smem < 0 or grid[1] > 65535 \
+                or grid[2] > 65535 or grid[0] >= 2**31:
+            raise PlanError(f"launch {l.kernel}: grid {grid}, block {block}, smem {smem} is outside CUDA's limits")
+        args = tuple(_resolve_arg(a, sizes, floats) for a in l.args)
+        launches.append(ResolvedLaunch(l.kernel, grid, block, smem, args))  # type: ignore[arg-type]
+    scratch = tuple((name, evaluate(s.nbytes, sizes), s.zero) for name, s in candidate.scratch)
+    for name, nbytes, _ in scratch:
+        if nbytes < 0:
+            raise PlanError(f"scratch {name} has negative size {nbytes}")
+    return tuple(launches), scratch
+
+
+def _resolve_arg(arg: str, sizes: Mapping[str, int], floats: Mapping[str, float]) -> tuple[str, Any]:
+    m = _ARG_RE.match(arg)
+    if not m:
+        raise ContractViolation(f"launch argument {arg!r} must start with in:, out:, scratch:, i32:, i64: or f32:")
+    kind, rest = m.groups()
+    if kind == "out":
+        if not rest.isdigit():
+            raise ContractViolation(f"argument {arg!r}: out: takes an output index")
+        return kind, int(rest)
+    if kind in ("in", "scratch"):
+        return kind, rest
+    if kind in ("i32", "i64"):
+        v = evaluate(rest, sizes)
+        if kind == "i32" and not -(2**31) <= v < 2**31:
+            raise PlanError(f"argument {arg!r} = {v} overflows int32; use i64")
+        return kind, v
+    if rest in floats:
+        return "f32", float(floats[rest])
+    try:
+        return "f32", float(rest)
+    except ValueError as e:
+        raise PlanError(f"argument {arg!r}: unknown float scalar; known: {', '.join(sorted(floats))}") from e

@@ -1,0 +1,81 @@
+"""The seam between the graph rewrite and the runtime: one torch.library custom op and the registry behind it.
+
+Note [one generic custom op]
+Every replaced node becomes ``torch.ops.kforge.kernel(key, inputs) -> list[Tensor]``. The key selects a
+:class:`KernelImpl` from REGISTRY, which the runtime fills (CUDA launchers) and CPU tests fill with CPU
+implementations. The fake implementation allocates outputs from the impl's output specs, so a rewritten graph
+traces under FakeTensorMode, compiles under Inductor (as an extern call) and passes ``torch.library.opcheck``.
+REGISTRY is the one piece of process-wide mutable state: torch's dispatcher calls the op by name, so the
+implementations must be reachable from it.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from .signature import TensorSpec, to_dtype
+
+log = logging.getLogger("kforge")
+
+RunFn = Callable[[Sequence[torch.Tensor]], list[torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class KernelImpl:
+    """A usable kernel for one signature key. ``run`` takes the op's tensor inputs in schema order (None skipped)
+    and returns the used outputs in order. ``speedup`` is the verified speedup over eager, for reports."""
+
+    key: str
+    op: str
+    outputs: tuple[TensorSpec, ...]
+    run: RunFn
+    description: str = ""
+    speedup: float | None = None
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def empty_outputs(self, device: torch.device) -> list[torch.Tensor]:
+        return [torch.empty_strided(s.shape, s.stride, dtype=to_dtype(s.dtype), device=device) for s in self.outputs]
+
+
+class KernelRegistry:
+    def __init__(self) -> None:
+        self._impls: dict[str, KernelImpl] = {}
+
+    def register(self, impl: KernelImpl) -> None:
+        self._impls[impl.key] = impl
+
+    def get(self, key: str) -> KernelImpl:
+        try:
+            return self._impls[key]
+        except KeyError:
+            raise KeyError(f"kforge: no kernel registered for key {key[:16]}... ({len(self._impls)} registered)") \
+                from None
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._impls
+
+    def unregister(self, key: str) -> None:
+        self._impls.pop(key, None)
+
+    def keys(self) -> list[str]:
+        return list(self._impls)
+
+
+REGISTRY = KernelRegistry()
+
+
+@torch.library.custom_op("kforge::kernel", mutates_args=())
+def kernel(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Run the verified kernel registered for ``key`` on ``inputs``; returns the used outputs."""
+    return REGISTRY.get(key).run(inputs)
+
+
+@kernel.register_fake
+def _kernel_fake(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    return REGISTRY.get(key).empty_outputs(inputs[0].device)
+
+
+KERNEL_OP = torch.ops.kforge.kernel.default

@@ -1,0 +1,116 @@
+"""Which ATen ops are worth a kernel: op families as data, not scattered ifs.
+
+A node is a candidate when its overload belongs to an enabled family. Families ``matmul`` and ``conv`` are off by
+default (cuBLAS and cuDNN are hard to beat); opt in with ``families="matmul,conv"``. Views, metadata and RNG ops are
+never candidates: they are listed in DENIED so that a test pins the decision. Leaf module: imports nothing from kforge.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OpFamily:
+    name: str
+    ops: tuple[str, ...]  # overload names as str(OpOverload), e.g. "aten._softmax.default"
+    enabled_by_default: bool = True
+    description: str = ""
+
+
+FAMILIES: tuple[OpFamily, ...] = (
+    OpFamily(
+        "softmax",
+        ("aten._softmax.default", "aten._log_softmax.default", "aten._safe_softmax.default"),
+        description="softmax / log_softmax along one dim",
+    ),
+    OpFamily(
+        "reduction",
+        ("aten.sum.dim_IntList", "aten.mean.dim", "aten.amax.default", "aten.amin.default"),
+        description="sum / mean / amax / amin over dims (mean over H,W is how a 1x1 adaptive pool is spelled)",
+    ),
+    OpFamily(
+        "norm",
+        (
+            "aten.native_layer_norm.default",
+            "aten.native_group_norm.default",
+            "aten._native_batch_norm_legit_no_training.default",
+            "aten._fused_rms_norm.default",
+        ),
+        description="layer / group / inference batch / rms normalisation",
+    ),
+    OpFamily(
+        "pool",
+        (
+            "aten._adaptive_avg_pool2d.default",
+            "aten.avg_pool2d.default",
+            "aten.max_pool2d_with_indices.default",
+        ),
+        description="2d pooling",
+    ),
+    OpFamily(
+        "elementwise",
+        (
+            "aten.gelu.default",
+            "aten.silu.default",
+            "aten.relu.default",
+            "aten.sigmoid.default",
+            "aten.tanh.default",
+            "aten.add.Tensor",
+            "aten.mul.Tensor",
+            "aten.sub.Tensor",
+            "aten.div.Tensor",
+            "aten._to_copy.default",
+        ),
+        description="pointwise activations, arithmetic and casts",
+    ),
+    OpFamily("matmul", ("aten.mm.default", "aten.addmm.default", "aten.bmm.default"), False, "cuBLAS matmuls"),
+    OpFamily("conv", ("aten.convolution.default",), False, "cuDNN convolutions"),
+)
+
+OPT_IN_FAMILIES: frozenset[str] = frozenset(f.name for f in FAMILIES if not f.enabled_by_default)
+
+# Never candidates, whatever is opted in. Kept as data so a test can pin the list.
+DENIED: frozenset[str] = frozenset(
+    {
+        "aten.view.default",
+        "aten._unsafe_view.default",
+        "aten.reshape.default",
+        "aten.permute.default",
+        "aten.transpose.int",
+        "aten.t.default",
+        "aten.expand.default",
+        "aten.slice.Tensor",
+        "aten.select.int",
+        "aten.unsqueeze.default",
+        "aten.squeeze.dim",
+        "aten.as_strided.default",
+        "aten.clone.default",
+        "aten.detach.default",
+        "aten.alias.default",
+        "aten.sym_size.int",
+        "aten.empty.memory_format",
+        "aten.rand.default",
+        "aten.randn.default",
+        "aten.bernoulli.p",
+        "aten.native_dropout.default",
+        "aten.rand_like.default",
+        "aten.randn_like.default",
+    }
+)
+
+_FAMILY_OF: dict[str, OpFamily] = {op: fam for fam in FAMILIES for op in fam.ops}
+
+
+def family_of(op_name: str) -> OpFamily | None:
+    """The family an overload belongs to, or None."""
+    return _FAMILY_OF.get(op_name)
+
+
+def is_candidate(op_name: str, opted_in: frozenset[str] | tuple[str, ...] = ()) -> bool:
+    """True when ``op_name`` (``str(OpOverload)``) belongs to an enabled family and is not denied."""
+    if op_name in DENIED:
+        return False
+    fam = _FAMILY_OF.get(op_name)
+    if fam is None:
+        return False
+    return fam.enabled_by_default or fam.name in opted_in
