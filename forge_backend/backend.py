@@ -24,6 +24,7 @@ from .cards import OperatorCard
 from .config import KforgeConfig
 from .registry import REGISTRY, KernelImpl
 from .rewrite import Replacement, apply
+from .selection import is_candidate
 
 log = logging.getLogger("kforge")
 
@@ -56,15 +57,11 @@ def _needs_backward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
 
 
 def _run_inner(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: KforgeConfig) -> Callable:
+    """What PyTorch would do with this graph: Inductor, or the graph's own forward."""
     if cfg.inner == "inductor":
         from torch._inductor.compile_fx import compile_fx
 
-        compiled = compile_fx(gm, list(example_inputs))
-
-        def run(*args: Any) -> Any:
-            return compiled(*args)
-
-        return run
+        return compile_fx(gm, list(example_inputs))
     return gm.forward
 
 
@@ -96,10 +93,12 @@ def make_backend(provider: KernelProvider | None = None,
             report.fallback = "backward"
             _emit(report, on_report)
             return _run_inner(gm, example_inputs, cfg)
-        fw = functools.partial(_forward_compiler, cfg=cfg, provider=provider, report=report, on_report=on_report)
         try:
+            if cfg.inner == "inductor":
+                return _compile_with_inductor(gm, example_inputs, cfg, provider, report, on_report)
             from torch._functorch.aot_autograd import aot_module_simplified
 
+            fw = functools.partial(_forward_compiler, cfg=cfg, provider=provider, report=report, on_report=on_report)
             return aot_module_simplified(gm, list(example_inputs), fw_compiler=fw, decompositions={})
         except Exception as e:  # Note [the user's model never breaks]
             if cfg.strict:
@@ -120,6 +119,44 @@ def _emit(report: CompileReport, on_report: Callable[[CompileReport], None] | No
 def _forward_compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, cfg: KforgeConfig,
                       provider: KernelProvider | None, report: CompileReport,
                       on_report: Callable[[CompileReport], None] | None) -> Callable:
+    gm = _rewrite_or_keep(gm, cfg, provider, report, on_report)
+    return _boxed(gm.forward)
+
+
+def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: KforgeConfig,
+                           provider: KernelProvider | None, report: CompileReport,
+                           on_report: Callable[[CompileReport], None] | None) -> Callable:
+    """Note [kforge inside Inductor]
+    Inductor decomposes softmax and the norms before its inner compiler sees the graph, and re-tracing an ATen graph
+    with Inductor's decompositions breaks views whose strides the decompositions change. So kforge runs *inside*
+    Inductor's own trace: the overloads kforge may replace are taken out of Inductor's decomposition table, the
+    inner compiler rewrites the nodes that have kernels, decomposes the leftovers of those overloads with Inductor's
+    own decompositions, and hands the graph to ``compile_fx_inner``. The AOTAutograd cache is bypassed because a
+    hit would skip the inner compiler (and the registration of the kernels its code calls); Inductor's FX graph
+    cache, keyed on the rewritten graph, still applies.
+    """
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+    from torch._inductor.decomposition import select_decomp_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    table = select_decomp_table()
+    keep = {op for op in table if is_candidate(str(op), cfg.families)}
+
+    def inner(aten_gm: torch.fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
+        aten_gm = _rewrite_or_keep(aten_gm, cfg, provider, report, on_report)
+        left = {n.target for n in aten_gm.graph.nodes if n.op == "call_function" and n.target in keep}
+        if left:
+            aten_gm = make_fx(aten_gm, decomposition_table={op: table[op] for op in left})(*inputs)
+        return compile_fx_inner(aten_gm, inputs, **kwargs)
+
+    with torch._functorch.config.patch(enable_autograd_cache=False):
+        return compile_fx(gm, list(example_inputs), inner_compile=inner,
+                          decompositions={op: fn for op, fn in table.items() if op not in keep})
+
+
+def _rewrite_or_keep(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: KernelProvider | None,
+                     report: CompileReport, on_report: Callable[[CompileReport], None] | None) -> torch.fx.GraphModule:
+    """The rewritten graph, or ``gm`` untouched when anything inside kforge fails (unless strict)."""
     t0 = time.perf_counter()
     work = _copy_module(gm)  # rewrite a copy, so a failure half way leaves the original graph intact
     try:
@@ -136,8 +173,7 @@ def _forward_compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *
     log.info("kforge: %d ATen ops, %d candidates (%d signatures), %d replaced in %.2fs", report.ops_seen,
              report.candidates, report.signatures, len(report.replaced), report.seconds)
     _emit(report, on_report)
-    inner = _run_inner(gm, example_inputs, cfg)
-    return _boxed(inner)
+    return gm
 
 
 def _copy_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

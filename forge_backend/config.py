@@ -138,6 +138,8 @@ class KforgeConfig:
 
 def _coerce(name: str, type_name: Any, raw: Any, source: str) -> Any:
     type_name = str(type_name)
+    if name in _CHOICES and str(raw) not in _CHOICES[name]:
+        raise BadOption(f"kforge {source}={raw!r} is not valid; choose one of: {', '.join(_CHOICES[name])}")
     try:
         if type_name == "bool":
             if isinstance(raw, bool):

@@ -68,7 +68,8 @@ _FORBIDDEN: tuple[tuple[str, str], ...] = (
 )
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 _PRAGMA_RE = re.compile(r"^\s*#\s*(pragma\s+(?!unroll|nv_diag)|line\b|error\b)", re.M)
-_KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s+)?void\s+(\w+)\s*\(')
+_BOUNDS = r"(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+_KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+' + _BOUNDS + r"void\s+" + _BOUNDS + r"(\w+)\s*\(")
 _ARG_RE = re.compile(r"^(in|out|scratch|i32|i64|f32):(.+)$")
 
 

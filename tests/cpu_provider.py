@@ -11,6 +11,7 @@ from typing import Sequence
 import torch
 
 from forge_backend.cards import OperatorCard
+from forge_backend.reference import call_aten
 from forge_backend.registry import KernelImpl
 from forge_backend.signature import OpSignature
 
@@ -21,21 +22,6 @@ DEFAULT_OPS = (
     "aten._adaptive_avg_pool2d.default",
     "aten.mean.dim",
 )
-
-
-def _call_aten(sig: OpSignature, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    it = iter(inputs)
-    args = [next(it) if a.tensor is not None else (list(a.value) if isinstance(a.value, tuple) else a.value)
-            for a in sig.args]
-    op = torch._ops.OpOverload
-    packet_name, overload = sig.op.removeprefix("aten.").rsplit(".", 1)
-    fn: op = getattr(getattr(torch.ops.aten, packet_name), overload)
-    schema_args = fn._schema.arguments
-    positional = [v for v, a in zip(args, schema_args) if not a.kwarg_only]
-    kwargs = {a.name: v for v, a in zip(args, schema_args) if a.kwarg_only}
-    out = fn(*positional, **kwargs)
-    outs = list(out) if isinstance(out, (list, tuple)) else [out]
-    return [outs[i].clone() for i in sig.used_outputs]
 
 
 class CpuProvider:
@@ -61,6 +47,6 @@ class CpuProvider:
     def _runner(self, sig: OpSignature):
         def run(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
             self.calls[sig.op] += 1
-            return _call_aten(sig, inputs)
+            return [o.clone() for o in call_aten(sig, inputs)]
 
         return run

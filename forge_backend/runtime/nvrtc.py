@@ -14,7 +14,6 @@ import hashlib
 import logging
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from torch._dynamo.utils import counters
 
 from ..contract import Candidate, screen
 from ..errors import CandidateFailure, ToolchainUnavailable
+from ..fsutil import atomic_write
 
 log = logging.getLogger("kforge")
 
@@ -135,15 +135,3 @@ def _first_error(text: str) -> str:
         if re.search(r"\berror\b", line):
             return line.strip()
     return text.splitlines()[0] if text else "compilation failed"
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -1,0 +1,77 @@
+"""The operator rows of ../shared/anchors/README.md, as data: (op name, model, builder of fn and inputs).
+
+Each builder returns (fn, inputs, output bytes) for one shape and dtype; fn is what eager, Inductor and kforge run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class Row:
+    op: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    model: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.op} {list(self.shape)} {str(self.dtype).removeprefix('torch.')}"
+
+    def build(self, device: torch.device) -> tuple[Callable, tuple[torch.Tensor, ...]]:
+        g = torch.Generator(device=device).manual_seed(0)
+        x = torch.randn(self.shape, generator=g, device=device, dtype=torch.float32).to(self.dtype)
+        if self.op == "adaptive_avg_pool2d":
+            return (lambda t: F.adaptive_avg_pool2d(t, 1)), (x,)
+        if self.op == "group_norm":
+            c = self.shape[1]
+            w = torch.randn(c, device=device, dtype=self.dtype)
+            b = torch.randn(c, device=device, dtype=self.dtype)
+            return (lambda t, w, b: F.group_norm(t, 32, w, b)), (x, w, b)
+        if self.op == "softmax":
+            return (lambda t: torch.softmax(t, -1)), (x,)
+        if self.op == "layer_norm":
+            n = self.shape[-1]
+            w = torch.randn(n, device=device, dtype=self.dtype)
+            b = torch.randn(n, device=device, dtype=self.dtype)
+            return (lambda t, w, b: F.layer_norm(t, (n,), w, b)), (x, w, b)
+        if self.op == "rms_norm":
+            n = self.shape[-1]
+            w = torch.randn(n, device=device, dtype=self.dtype)
+            return (lambda t, w: F.rms_norm(t, (n,), w)), (x, w)
+        if self.op == "silu_mul":
+            return (lambda t: F.silu(t) * t), (x,)
+        raise ValueError(f"unknown op {self.op}")
+
+
+def _rows() -> list[Row]:
+    rows = []
+    for dt in (torch.float32, torch.float16):
+        for b in (1, 32, 256):
+            rows.append(Row("adaptive_avg_pool2d", (b, 2048, 7, 7), dt, "ResNet-50"))
+    for dt in (torch.float32, torch.bfloat16):
+        for s in ((1, 512, 128, 128), (1, 512, 256, 256), (1, 256, 512, 512), (1, 128, 1024, 1024),
+                  (2, 1536, 64, 64)):
+            rows.append(Row("group_norm", s, dt, "SD3.5-M VAE"))
+    for dt in (torch.float32, torch.bfloat16):
+        for s, m in (((1, 8, 2048, 2048), "Gemma4-E2B attn"), ((64, 262144), "Gemma4-E2B logits"),
+                     ((4096, 256), "Qwen3.5 router"), ((1, 16, 4096, 4096), "Qwen3.5 attn"),
+                     ((64, 248320), "Qwen3.5 logits"), ((8192, 1024), "generic")):
+            rows.append(Row("softmax", s, dt, m))
+    for s in ((4096, 2048), (16384, 4096)):
+        for op in ("layer_norm", "rms_norm", "silu_mul"):
+            rows.append(Row(op, s, torch.bfloat16, "LLM"))
+    return rows
+
+
+ROWS: list[Row] = _rows()
+# The rows issue 4 names against the seed paper and Inductor: searched with the full 50 iterations.
+SEED_ROWS = {
+    "adaptive_avg_pool2d [256, 2048, 7, 7] float32", "adaptive_avg_pool2d [256, 2048, 7, 7] float16",
+    "group_norm [1, 512, 256, 256] bfloat16", "softmax [64, 262144] float32", "softmax [64, 248320] bfloat16",
+    "softmax [1, 16, 4096, 4096] bfloat16",
+}

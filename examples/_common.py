@@ -1,0 +1,227 @@
+"""Shared harness for the model examples: settings, devices, CUDA timing and the kforge report table.
+
+Every example module defines ``SETTINGS`` (its first entry is the default), ``get_model()`` / ``get_inputs()`` for
+the default and ``get_model_<setting>()`` / ``get_inputs_<setting>()`` for each setting, so the same file works as a
+MODEL_SPEC (``kforge prewarm examples/gemma4.py::eager_attn``) and as a script::
+
+    python examples/gemma4.py --setting eager_attn
+
+The script times eager PyTorch, Inductor and kforge with CUDA events (warm-up, then the median of repeats), lists
+the operators kforge replaced with their measured speedups, and the time spent compiling and searching. Without a
+CUDA GPU it says so and exits 0: the numbers would mean nothing on the CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+
+def device() -> torch.device:
+    """CUDA when there is a GPU, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def on_gpu() -> bool:
+    return torch.cuda.is_available()
+
+
+def placement(dev: torch.device | str | None, dtype: torch.dtype | None,
+              gpu_dtype: torch.dtype) -> tuple[torch.device, torch.dtype]:
+    """Where a model goes: the given device (else CUDA when there is one, else the CPU) and the given dtype (else
+    ``gpu_dtype`` on a GPU and fp32 on the CPU, where half-precision kernels are slow or missing)."""
+    dev = torch.device(dev) if dev is not None else device()
+    return dev, dtype if dtype is not None else (gpu_dtype if dev.type == "cuda" else torch.float32)
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Build parameters directly in ``dtype`` (a 2.6 B-parameter model built in fp32 first needs 10 GB more)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def random_tokens(tokens: int, vocab: int, batch: int = 1, device: torch.device | str | None = None) -> torch.Tensor:
+    """A seeded random prompt of token ids, on ``device`` (else the GPU when there is one)."""
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(0, vocab, (batch, tokens), generator=g).to(placement(device, None, torch.float32)[0])
+
+
+class PrefillSampler(torch.nn.Module):
+    """An LLM prefill (no KV cache) followed by the sampling softmax over the vocabulary.
+
+    Only the last ``positions`` logits are computed (``logits_to_keep``, as ``generate`` does), and the softmax is
+    taken in fp32 as samplers do, so it stays one ATen ``_softmax`` over [batch, positions, vocab] in the graph.
+    """
+
+    def __init__(self, lm: torch.nn.Module, positions: int = 64) -> None:
+        super().__init__()
+        self.lm = lm
+        self.positions = positions
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        logits = self.lm(input_ids=input_ids, use_cache=False, logits_to_keep=self.positions).logits
+        return torch.softmax(logits.float(), dim=-1)
+
+
+def variant(module: ModuleType, setting: str) -> tuple[Callable[[], torch.nn.Module], Callable[[], Any]]:
+    """The ``(get_model, get_inputs)`` pair of one setting; the default setting also has the plain names."""
+    settings: Sequence[str] = module.SETTINGS
+    if setting not in settings:
+        raise SystemExit(f"unknown setting {setting!r}; {Path(module.__file__).name} has: {', '.join(settings)}")
+    return getattr(module, f"get_model_{setting}"), getattr(module, f"get_inputs_{setting}")
+
+
+def _as_tuple(inputs: Any) -> tuple[Any, ...]:
+    return tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
+
+
+def time_cuda(fn: Callable[..., Any], args: Sequence[Any], warmup: int, iters: int) -> float:
+    """Median milliseconds of ``fn(*args)`` over ``iters`` CUDA-event-timed calls, after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn(*args)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*args)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def first_call_seconds(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[float, Any]:
+    """Wall time of the first call of a compiled model (Dynamo + AOT + kforge lookup/search + inner compiler)."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn(*args)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0, out
+
+
+def max_abs_diff(a: Any, b: Any) -> float:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return (a.float() - b.float()).abs().max().item()
+    return float("nan")
+
+
+@dataclass
+class Timing:
+    name: str
+    ms: float
+    compile_s: float | None = None
+    max_diff: float | None = None
+
+
+def print_reports(reports: Sequence[Any]) -> None:
+    """One row per replaced (op, signature key), with how often it occurs and the measured speedup."""
+    rows: Counter[tuple[str, str, float | None]] = Counter()
+    for r in reports:
+        for op, key, speedup in r.replaced:
+            rows[(op, key, speedup)] += 1
+    graphs = len(reports)
+    fallbacks = [r.fallback for r in reports if r.fallback]
+    print(f"\nkforge: {graphs} graph(s), {sum(r.ops_seen for r in reports)} ATen ops, "
+          f"{sum(r.candidates for r in reports)} candidates in {sum(r.signatures for r in reports)} signatures, "
+          f"{sum(rows.values())} nodes replaced, {sum(len(r.skipped) for r in reports)} skipped, "
+          f"{sum(r.seconds for r in reports):.1f} s planning/searching")
+    for f in fallbacks:
+        print(f"  fallback: {f}")
+    if not rows:
+        print("  no operator replaced (no verified kernel beat eager by the margin, or the search is off)")
+        return
+    print(f"  {'operator':<36} {'key':<14} {'nodes':>5} {'speedup':>8}")
+    for (op, key, speedup), n in sorted(rows.items(), key=lambda kv: (kv[0][0], -(kv[0][2] or 0.0))):
+        shown = f"{speedup:.2f}x" if speedup is not None else "-"
+        print(f"  {op:<36} {key[:12]:<14} {n:>5} {shown:>8}")
+
+
+def print_timings(title: str, timings: Sequence[Timing]) -> None:
+    eager = next((t.ms for t in timings if t.name == "eager"), None)
+    print(f"\n{title}")
+    print(f"  {'':<10} {'median ms':>10} {'vs eager':>9} {'compile s':>10} {'max|diff|':>10}")
+    for t in timings:
+        rel = f"{eager / t.ms:.2f}x" if eager else "-"
+        comp = f"{t.compile_s:.1f}" if t.compile_s is not None else "-"
+        diff = f"{t.max_diff:.2e}" if t.max_diff is not None else "-"
+        print(f"  {t.name:<10} {t.ms:>10.3f} {rel:>9} {comp:>10} {diff:>10}")
+
+
+def _parse(module: ModuleType, argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(module.__doc__ or "").strip().splitlines()[0])
+    p.add_argument("--setting", default=module.SETTINGS[0], choices=module.SETTINGS)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--inner", default="eager", choices=("eager", "inductor"),
+                   help="what runs the nodes kforge does not replace")
+    p.add_argument("--no-inductor", action="store_true", help="skip the plain Inductor baseline")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra kforge option, e.g. --option search_seconds=120 (repeatable)")
+    return p.parse_args(argv)
+
+
+def _options(args: argparse.Namespace) -> dict[str, str]:
+    opts = {"inner": args.inner}
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--option expects KEY=VALUE, got {item!r}")
+        opts[key.strip()] = value.strip()
+    return opts
+
+
+def run_example(module: ModuleType, argv: Sequence[str] | None = None) -> int:
+    """The ``__main__`` of every example: time eager, Inductor and kforge on one setting and print the results."""
+    args = _parse(module, argv)
+    name = Path(module.__file__).stem
+    if not on_gpu():
+        print(f"{name}: this example times CUDA kernels and needs a CUDA GPU; none is visible "
+              f"(torch {torch.__version__}). Nothing to do.")
+        return 0
+    from forge_backend.backend import make_backend
+
+    get_model, get_inputs = variant(module, args.setting)
+    model, inputs = get_model(), _as_tuple(get_inputs())
+    print(f"{name} [{args.setting}] on {torch.cuda.get_device_name()}: "
+          f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters; inputs "
+          + ", ".join(f"{list(t.shape)} {str(t.dtype).removeprefix('torch.')}" if isinstance(t, torch.Tensor) else repr(t)
+                      for t in inputs))
+    timings, reports = [], []
+    with torch.no_grad():
+        ref = model(*inputs)
+        timings.append(Timing("eager", time_cuda(model, inputs, args.warmup, args.iters)))
+        if not args.no_inductor:
+            torch._dynamo.reset()
+            compiled = torch.compile(model, backend="inductor")
+            secs, out = first_call_seconds(compiled, inputs)
+            ms = time_cuda(compiled, inputs, args.warmup, args.iters)
+            timings.append(Timing("inductor", ms, secs, max_abs_diff(out, ref)))
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend=make_backend(on_report=reports.append), options=_options(args))
+        secs, out = first_call_seconds(compiled, inputs)
+        ms = time_cuda(compiled, inputs, args.warmup, args.iters)
+        timings.append(Timing("kforge", ms, secs, max_abs_diff(out, ref)))
+    print_timings(f"{name} [{args.setting}], median of {args.iters} after {args.warmup} warm-up calls",
+                  timings)
+    print_reports(reports)
+    return 0
+
+
+def main_of(module_name: str) -> None:
+    """``if __name__ == "__main__": main_of(__name__)`` in each example."""
+    sys.exit(run_example(sys.modules[module_name]))

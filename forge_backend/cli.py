@@ -1,0 +1,176 @@
+"""The ``kforge`` command line: doctor, cards, prewarm, cache tools, ui. Only this module (and the UI) prints."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+
+app = typer.Typer(help="kforge: faster CUDA kernels per operator signature for torch.compile.",
+                  no_args_is_help=True, add_completion=False)
+console = Console()
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"kforge {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit."),
+          verbose: bool = typer.Option(False, "--verbose", "-v", help="Log kforge's decisions.")) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s")
+
+
+def _mount_cache_app() -> None:
+    try:
+        from .cli_cache import cache_app
+    except ImportError as e:  # pragma: no cover - only while the store is missing
+        logging.getLogger("kforge").debug("cache commands unavailable: %s", e)
+        return
+    app.add_typer(cache_app, name="cache", help="List, show, verify, export, import or clear cached kernels.")
+
+
+_mount_cache_app()
+
+
+@app.command()
+def doctor(check_llm: bool = typer.Option(True, "--llm/--no-llm", help="Also test the LLM endpoint.")) -> None:
+    """What works on this machine (torch, GPU, NVRTC, cache, LLM endpoint) and what to do about the rest."""
+    from .doctor import run_checks
+
+    table = Table(title="kforge doctor")
+    table.add_column("check")
+    table.add_column("status")
+    table.add_column("detail / what to do")
+    for check in run_checks(check_llm=check_llm):
+        table.add_row(check.name, "[green]ok[/]" if check.ok else ("[yellow]warn[/]" if check.warn else "[red]no[/]"),
+                      check.detail)
+    console.print(table)
+
+
+@app.command()
+def cards(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] with get_model()/get_inputs(), "
+                                                      "or package.module:callable returning (model, inputs)."),
+          json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the cards as JSON here."),
+          families: str = typer.Option("", help="Opt-in families, e.g. matmul,conv.")) -> None:
+    """Print the operator cards of a model: every distinct candidate signature, with bytes, FLOPs and floors."""
+    import json
+
+    from .inspect_model import model_cards
+
+    found = model_cards(model_spec, families=tuple(f for f in families.split(",") if f))
+    bw = found.bandwidth_gbps
+    for card in found.cards:
+        console.rule(f"[bold]{card.op}[/] x{card.occurrences}")
+        console.print(card.render(bw))
+    console.print(f"\n{len(found.cards)} distinct signatures, {found.candidates} candidate nodes, "
+                  f"{found.ops_seen} ATen ops; floors at {bw:.0f} GB/s ({found.bandwidth_source})")
+    if json_out:
+        json_out.write_text(json.dumps([c.to_json() for c in found.cards], indent=1))
+        console.print(f"wrote {json_out}")
+
+
+def main() -> None:
+    app()
+
+
+@app.command()
+def prewarm(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] or package.module:callable"),
+            iterations: int = typer.Option(50, help="MCTS iterations per signature."),
+            seconds_per_op: float = typer.Option(60.0, help="Wall-clock budget per signature."),
+            proposer: Optional[str] = typer.Option(None, help="templates | llm | mixed (default: config)."),
+            min_share: Optional[float] = typer.Option(None, help="Skip signatures under this share of op time."),
+            gpus: int = typer.Option(0, help="Search workers, one per GPU (0 = every visible GPU)."),
+            force: bool = typer.Option(False, help="Search again even where the cache has a decision."),
+            cache_dir: Optional[Path] = typer.Option(None, help="Cache directory (default: KFORGE_CACHE_DIR)."),
+            families: str = typer.Option("", help="Opt-in families, e.g. matmul,conv.")) -> None:
+    """Search every operator signature of a model ahead of time. Resumable: a rerun skips finished searches."""
+    import torch
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from . import prewarm as pw
+    from .config import KforgeConfig
+    from .inspect_model import model_cards
+    from .store.local import LocalStore
+
+    options = {k: v for k, v in {"proposer": proposer, "min_share": min_share, "cache_dir": cache_dir,
+                                 "families": families or None}.items() if v is not None}
+    cfg = KforgeConfig.load(options)
+    found = model_cards(model_spec, families=cfg.families)
+    console.print(f"{model_spec}: {found.ops_seen} ATen ops, {found.candidates} candidate nodes, "
+                  f"{len(found.cards)} distinct signatures")
+    _print_cards_table(found.cards, found.bandwidth_gbps)
+    if not torch.cuda.is_available():
+        console.print("[yellow]No CUDA GPU here: kforge can list the cards (`kforge cards`), but searching needs a "
+                      "GPU. Nothing was searched.[/]")
+        return
+    device = torch.device("cuda", torch.cuda.current_device())
+    cards_ = [c for c in found.cards if c.arch.startswith("sm_")]
+    store = LocalStore(cfg.cache_dir)
+    items = pw.plan(cards_, pw.profile_cards(cards_, device), cfg, store, force=force)
+    todo = [i for i in items if i.status == "search"]
+    n_gpus = gpus or torch.cuda.device_count()
+    console.print(f"{len(todo)} to search on {n_gpus} GPU(s), {sum(i.status == 'cached' for i in items)} cached, "
+                  f"{sum(i.status.startswith('skipped') for i in items)} skipped; cache {cfg.cache_dir}")
+    results = {i.card.key: pw.cached_result(i, store) for i in items if i.status == "cached"}
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
+                  TimeElapsedColumn(), console=console) as bar:
+        tasks = {i.card.key: bar.add_task(_label(i.card), total=iterations, status="queued") for i in todo}
+
+        def on_progress(p: pw.Progress) -> None:
+            best = f"best {p.best_speedup:.2f}x, {p.best_pct_roofline:.0f}% roofline" if p.best_speedup else "no kernel yet"
+            bar.update(tasks[p.key], completed=p.iteration, status=f"it {p.iteration}/{p.budget} {best}")
+
+        def on_done(r: pw.PrewarmResult) -> None:
+            results[r.card.key] = r
+            bar.update(tasks[r.card.key], completed=iterations, status=f"{r.decision} ({r.seconds:.0f}s)")
+
+        try:
+            pw.run(items, cfg, iterations, seconds_per_op, n_gpus, on_progress, on_done)
+        except KeyboardInterrupt:
+            console.print("[yellow]Interrupted: finished searches are kept; rerun to continue.[/]")
+    _print_prewarm_table([results.get(i.card.key) or pw.PrewarmResult(i.card, i.share, i.status) for i in items])
+
+
+def _print_cards_table(cards_, bandwidth_gbps: float) -> None:
+    table = Table(title="operator signatures")
+    for col in ("op", "inputs", "x", "MiB moved", f"floor us @ {bandwidth_gbps:.0f} GB/s"):
+        table.add_column(col)
+    for c in cards_:
+        table.add_row(c.op.removeprefix("aten."), ", ".join(f"{t.spec.dtype}{list(t.spec.shape)}" for t in c.inputs),
+                      str(c.occurrences), f"{c.bytes_min / 2**20:.2f}", f"{c.floor_us(bandwidth_gbps):.2f}")
+    console.print(table)
+
+
+def _label(card) -> str:
+    shape = list(card.inputs[0].spec.shape) if card.inputs else []
+    return f"{card.op.removeprefix('aten.')} {shape} {card.inputs[0].spec.dtype if card.inputs else ''}"
+
+
+def _print_prewarm_table(results) -> None:
+    table = Table(title="kforge prewarm")
+    for col in ("op", "share", "eager us", "kforge us", "speedup", "% roofline", "decision", "iters", "tokens",
+                "cost $", "expected gain"):
+        table.add_column(col)
+    for r in results:
+        pct = f"{100 * r.floor_us / r.kforge_us:.0f}%" if r.kforge_us and r.floor_us else ""
+        table.add_row(_label(r.card), f"{r.share:.1%}", _num(r.eager_us), _num(r.kforge_us),
+                      f"{r.speedup:.2f}x" if r.speedup else "", pct, r.decision or r.status,
+                      str(r.iterations or ""), str(r.tokens or ""), f"{r.cost_usd:.4f}" if r.cost_usd else "",
+                      f"{r.expected_gain:.1%}" if r.expected_gain else "")
+    console.print(table)
+    gain = sum(r.expected_gain for r in results)
+    console.print(f"expected saving: {gain:.1%} of the profiled operator time "
+                  f"(sum over kernels of share x (1 - 1/speedup))")
+
+
+def _num(v) -> str:
+    return f"{v:.1f}" if v else ""

@@ -1,0 +1,317 @@
+"""``kforge cache``: list, show, clear, verify, export and import KernelRecords.
+
+The lead CLI mounts :data:`cache_app` as ``kforge cache``. Every command takes ``--cache-dir`` (default
+``KforgeConfig.load().cache_dir``). Keys may be given by any unique prefix. Library errors (:class:`KforgeError`)
+become one red line and exit status 1; nothing here holds logic the store lacks.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import difflib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Callable, Iterator, Optional
+
+import typer
+from rich.console import Console
+from rich.syntax import Syntax
+from rich.table import Table
+
+from .errors import KforgeError
+from .store import CorruptRecord, KernelRecord, LocalStore, ShippedStore
+
+cache_app = typer.Typer(name="cache", help="Inspect and manage kforge's kernel cache.", no_args_is_help=True,
+                        add_completion=False)
+
+CacheDir = Annotated[Optional[Path], typer.Option(
+    "--cache-dir", help="Cache directory (default: KFORGE_CACHE_DIR or ~/.cache/kforge).", show_default=False)]
+Shipped = Annotated[bool, typer.Option("--shipped", help="Include the read-only shipped records (kernels_cache/).")]
+
+
+def _console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def _errors() -> Iterator[None]:
+    """Turn a kforge error into one line on stderr and exit status 1."""
+    try:
+        yield
+    except KforgeError as e:
+        _console(stderr=True).print(f"[red]error:[/red] {e}", markup=True)
+        raise typer.Exit(1) from e
+
+
+def _store(cache_dir: Path | None) -> LocalStore:
+    if cache_dir is None:
+        from .config import KforgeConfig
+
+        cache_dir = KforgeConfig.load().cache_dir
+    return LocalStore(cache_dir)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# key prefixes
+
+
+class KeyLookupError(KforgeError):
+    """A key prefix matches no record, or several."""
+
+
+def resolve_key(prefix: str, keys: list[str], describe: Callable[[str], str] = lambda k: "") -> str:
+    """The one key starting with ``prefix``; otherwise KeyLookupError listing close or ambiguous matches."""
+    prefix = prefix.strip().lower()
+    matches = [k for k in keys if k.startswith(prefix)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        listed = "\n".join(f"  {k}  {describe(k)}" for k in matches[:20])
+        raise KeyLookupError(f"prefix {prefix!r} matches {len(matches)} records; give more characters:\n{listed}")
+    if not keys:
+        raise KeyLookupError(f"no record matches {prefix!r}: the cache is empty")
+    ranked = sorted(keys, key=lambda k: difflib.SequenceMatcher(None, prefix, k[: len(prefix)]).ratio(), reverse=True)
+    close = [k for k in ranked[:5] if difflib.SequenceMatcher(None, prefix, k[: len(prefix)]).ratio() >= 0.5]
+    hint = ("; close matches:\n" + "\n".join(f"  {k}  {describe(k)}" for k in close)) if close else ""
+    raise KeyLookupError(f"no record key starts with {prefix!r} ({len(keys)} records){hint}")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# row helpers
+
+
+def _first_input(rec: KernelRecord) -> dict[str, Any]:
+    inputs = rec.card.get("inputs") or []
+    return inputs[0] if inputs else {}
+
+
+def _shape(rec: KernelRecord) -> str:
+    shape = _first_input(rec).get("shape")
+    return "x".join(str(s) for s in shape) if shape is not None else "-"
+
+
+def _num(v: Any, fmt: str) -> str:
+    return fmt.format(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"
+
+
+def age(created_at: Any, now: _dt.datetime | None = None) -> str:
+    """'45s', '12m', '3h', '2d' since an ISO 8601 timestamp; '?' when it does not parse."""
+    try:
+        t = _dt.datetime.fromisoformat(str(created_at))
+    except ValueError:
+        return "?"
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=_dt.timezone.utc)
+    s = max(0, int(((now or _dt.datetime.now(_dt.timezone.utc)) - t).total_seconds()))
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= n:
+            return f"{s // n}{unit}"
+    return f"{s}s"
+
+
+def _records(store: LocalStore, shipped: ShippedStore | None) -> list[tuple[str, KernelRecord | None, str]]:
+    """(key, record or None when corrupt, corrupt reason) across the tiers asked for, local first."""
+    rows: list[tuple[str, KernelRecord | None, str]] = []
+    tiers: list[Any] = [store] + ([shipped] if shipped is not None else [])
+    seen: set[str] = set()
+    for tier in tiers:
+        for key in tier.keys():
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                rows.append((key, tier.read(key), ""))
+            except CorruptRecord as e:
+                rows.append((key, None, str(e)))
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# commands
+
+
+@cache_app.command("ls")
+def ls_cmd(cache_dir: CacheDir = None, shipped: Shipped = False) -> None:
+    """List cached records: op, first input, decision, speedup, bandwidth fraction, proposer, age."""
+    with _errors():
+        store = _store(cache_dir)
+        rows = _records(store, ShippedStore() if shipped else None)
+        console = _console()
+        if not rows:
+            console.print(f"no records in {store.root}")
+            return
+        table = Table(title=f"kforge cache: {store.root}", title_justify="left")
+        for col in ("key", "op", "input", "dtype", "decision", "speedup", "%bw", "proposer", "age", "source"):
+            table.add_column(col, no_wrap=True, justify="right" if col in ("speedup", "%bw", "age") else "left")
+        for key, rec, reason in rows:
+            if rec is None:
+                table.add_row(key[:16], "-", "-", "-", "[red]CORRUPT[/red]", "-", "-", "-", "-", "-")
+                continue
+            t, p = rec.timings, rec.provenance
+            table.add_row(key[:16], rec.signature.get("op", "?"), _shape(rec), str(_first_input(rec).get("dtype", "-")),
+                          rec.decision, _num(t.get("speedup_vs_eager"), "{:.2f}x"), _num(t.get("pct_bw"), "{:.0f}%"),
+                          str(p.get("proposer") or "-"), age(p.get("created_at")),
+                          rec.source + ("" if rec.trusted else " (untrusted)"))
+        console.print(table)
+
+
+@cache_app.command("show")
+def show_cmd(key: Annotated[str, typer.Argument(help="A record key or a unique prefix of one.")],
+             cache_dir: CacheDir = None) -> None:
+    """Show one record: operator card, kernel source, launch plan, timings, verification, provenance."""
+    with _errors():
+        store, shipped = _store(cache_dir), ShippedStore()
+        full = resolve_key(key, sorted(set(store.keys()) | set(shipped.keys())), _describer(store, shipped))
+        try:
+            rec = store.read(full) if full in store else shipped.read(full)
+        except CorruptRecord as e:
+            raise CorruptRecord(f"record {full} is corrupt: {e}") from e
+        if rec is None:  # deleted by another process since the listing
+            raise KeyLookupError(f"record {full} is gone")
+        _show(_console(), rec, store)
+
+
+def _describer(store: LocalStore, shipped: ShippedStore) -> Callable[[str], str]:
+    def describe(key: str) -> str:
+        try:
+            rec = store.read(key) if key in store else shipped.read(key)
+        except CorruptRecord:
+            return "(corrupt)"
+        return "" if rec is None else f"{rec.signature.get('op', '?')} {_shape(rec)} {rec.decision} ({rec.source})"
+
+    return describe
+
+
+def _show(console: Console, rec: KernelRecord, store: LocalStore) -> None:
+    console.rule(f"{rec.key}")
+    console.print(f"decision: {rec.decision}   source: {rec.source}   trusted: {rec.trusted}")
+    console.print(rec.card_obj().render(rec.timings.get("bandwidth_gbps") or None), markup=False)
+    cand = rec.candidate_obj()
+    if cand is not None:
+        console.rule("kernel")
+        if cand.description:
+            console.print(cand.description, markup=False)
+        console.print(Syntax(cand.source, "cuda", line_numbers=True, word_wrap=False))
+        console.rule("launch plan")
+        plan = cand.plan_json()
+        lines = ["launches:"] + [f"  {json.dumps(launch)}" for launch in plan["launches"]]
+        lines += [f"scratch: {json.dumps(plan['scratch'])}", f"requires_align: {plan['requires_align']}"]
+        console.print("\n".join(lines), markup=False)
+        if cand.params:
+            console.print("params: " + ", ".join(f"{k}={v}" for k, v in cand.params), markup=False)
+    for title, d in (("timings", rec.timings), ("verification", rec.verification), ("provenance", rec.provenance)):
+        console.rule(title)
+        for k, v in sorted(d.items()):
+            console.print(f"{k:>18}: {v}", markup=False)
+    if rec.key in store.searches():
+        console.print(f"search record: {store.searches_dir / (rec.key + '.json')}", markup=False)
+
+
+@cache_app.command("clear")
+def clear_cmd(cache_dir: CacheDir = None,
+              yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+              searches: Annotated[bool, typer.Option("--searches", help="Also delete the search records.")] = False
+              ) -> None:
+    """Delete every local record (shipped records are read-only and stay)."""
+    with _errors():
+        store = _store(cache_dir)
+        n = len(store.keys())
+        what = f"{n} records" + (f" and {len(store.searches())} search records" if searches else "")
+        if not yes:
+            typer.confirm(f"Delete {what} in {store.root}?", abort=True)
+        removed = store.clear()
+        cleared = store.clear_searches() if searches else 0
+        _console().print(f"removed {removed} records" + (f" and {cleared} search records" if searches else "")
+                         + f" from {store.root}")
+
+
+@cache_app.command("verify")
+def verify_cmd(cache_dir: CacheDir = None, shipped: Shipped = False,
+               gpu: Annotated[bool, typer.Option("--gpu", help="Also re-run each kernel's verification on this "
+                                                              "GPU; passing records become trusted.")] = False
+               ) -> None:
+    """Check the integrity of every entry; with --gpu, re-verify kernels on this GPU."""
+    with _errors():
+        store = _store(cache_dir)
+        console = _console()
+        shipped_store = ShippedStore() if shipped else None
+        tiers: list[tuple[str, Path, Any]] = [("local", store.root, store)]
+        if shipped_store is not None:
+            tiers.append(("shipped", shipped_store.directory, shipped_store))
+        corrupt = 0
+        for name, where, tier in tiers:
+            report = tier.check()
+            corrupt += len(report.corrupt)
+            console.print(f"{name} ({where}): {len(report.ok)} ok, {len(report.corrupt)} corrupt", markup=False)
+            for key, why in report.corrupt.items():
+                console.print(f"  corrupt {key[:16]}: {why}", markup=False)
+        failed = _verify_gpu(console, store, shipped_store) if gpu else 0
+        if corrupt or failed:
+            raise typer.Exit(1)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _verify_gpu(console: Console, store: LocalStore, shipped: ShippedStore | None) -> int:
+    """Re-verify every kernel record on this GPU; returns how many failed. Unavailable is not a failure."""
+    try:
+        from .runtime.provider import reverify_record
+    except ImportError as e:
+        console.print(f"GPU re-verification unavailable: {e}", markup=False)
+        return 0
+    if not _cuda_available():
+        console.print("GPU re-verification unavailable: no CUDA device", markup=False)
+        return 0
+    records = [r for _, r in store.items() if r.decision == "kernel"]
+    if shipped is not None:
+        records += [r for k, r in shipped.items() if r.decision == "kernel" and k not in store]
+    failed = 0
+    for rec in records:
+        ok, message = reverify_record(rec)
+        store.put(rec.replace(trusted=ok))  # a shipped record that passes becomes a trusted local copy
+        failed += not ok
+        console.print(f"  {'ok  ' if ok else 'FAIL'} {rec.key[:16]} {rec.signature.get('op')}: {message}",
+                      markup=False)
+    console.print(f"GPU re-verification: {len(records) - failed} passed, {failed} failed", markup=False)
+    return failed
+
+
+@cache_app.command("export")
+def export_cmd(directory: Annotated[Path, typer.Argument(help="Bundle directory to write.")],
+               key: Annotated[Optional[list[str]], typer.Option(
+                   "--key", "-k", help="Export only this key (prefix allowed); repeat for several.")] = None,
+               cache_dir: CacheDir = None) -> None:
+    """Write records as a bundle: one <key>.json per record plus index.json."""
+    with _errors():
+        store = _store(cache_dir)
+        keys = None
+        if key:
+            known = store.keys()
+            keys = [resolve_key(k, known) for k in key]
+        index = store.export_bundle(keys, directory)
+        n = len(json.loads(index.read_text())["records"])
+        _console().print(f"exported {n} records to {directory}", markup=False)
+
+
+@cache_app.command("import")
+def import_cmd(directory: Annotated[Path, typer.Argument(help="Bundle directory to read.")],
+               trust: Annotated[bool, typer.Option(
+                   "--trust", help="Trust the records without re-verifying them on this GPU.")] = False,
+               overwrite: Annotated[bool, typer.Option(
+                   "--overwrite", help="Replace valid records already stored under the same keys.")] = False,
+               cache_dir: CacheDir = None) -> None:
+    """Import a bundle; records are untrusted (re-verified before first use) unless --trust."""
+    with _errors():
+        store = _store(cache_dir)
+        report = store.import_bundle(directory, trust=trust, overwrite=overwrite)
+        console = _console()
+        console.print(f"imported {len(report.imported)} records ({'trusted' if trust else 'untrusted'}), "
+                      f"skipped {len(report.skipped)} already stored, rejected {len(report.rejected)}", markup=False)
+        for name, why in report.rejected.items():
+            console.print(f"  rejected {name}: {why}", markup=False)
+        if report.rejected:
+            raise typer.Exit(1)

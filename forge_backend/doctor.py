@@ -1,0 +1,88 @@
+"""`kforge doctor`: what works on this machine and what to do about the rest."""
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from .config import KforgeConfig
+from .errors import BadOption, KforgeError
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    warn: bool = False
+
+
+def _torch() -> Check:
+    import torch
+
+    return Check("torch", True, f"{torch.__version__} on Python {platform.python_version()}")
+
+
+def _gpu() -> Check:
+    import torch
+
+    if not torch.cuda.is_available():
+        return Check("GPU", False, "no CUDA GPU visible: kforge captures graphs and leaves every op to PyTorch; "
+                                   "kernels need an NVIDIA GPU (sm_80 or newer)", warn=True)
+    major, minor = torch.cuda.get_device_capability()
+    return Check("GPU", True, f"{torch.cuda.get_device_name()} (sm_{major}{minor}), torch CUDA {torch.version.cuda}")
+
+
+def _nvrtc() -> Check:
+    try:
+        from .runtime.nvrtc import compile_source, include_dir, nvrtc_version
+
+        compile_source('extern "C" __global__ void kforge_doctor(float* x) { x[threadIdx.x] = 1.f; }', "sm_90")
+        return Check("NVRTC", True, f"NVRTC {nvrtc_version()} compiles for sm_90; headers in {include_dir()}")
+    except (KforgeError, ImportError, OSError, RuntimeError) as e:
+        return Check("NVRTC", False, f"{e}. Install cuda-bindings and nvidia-cuda-nvrtc (pip install kforge[nvrtc]) "
+                                     "and the CUDA headers (CUDA_HOME)")
+
+
+def _nvcc() -> Check:
+    path = shutil.which("nvcc")
+    if not path:
+        return Check("nvcc", False, "not on PATH (optional: NVRTC is what kforge uses)", warn=True)
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    return Check("nvcc", True, out.splitlines()[-1] if out else path)
+
+
+def _cache(cfg: KforgeConfig) -> Check:
+    try:
+        cfg.cache_dir.mkdir(parents=True, exist_ok=True)
+        probe = cfg.cache_dir / ".doctor"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as e:
+        return Check("cache", False, f"{cfg.cache_dir} is not writable ({e}); set KFORGE_CACHE_DIR")
+    return Check("cache", True, f"{cfg.cache_dir} (KFORGE_CACHE_DIR)")
+
+
+def _llm(cfg: KforgeConfig) -> Check:
+    if not cfg.llm_model:
+        return Check("LLM", False, "KFORGE_LLM_MODEL is not set: the template proposer works offline; set it (and "
+                                   "KFORGE_LLM_BASE_URL for a local server) to use --proposer llm", warn=True)
+    try:
+        from .search.llm.client import check_endpoint
+    except ImportError as e:
+        return Check("LLM", False, f"LLM proposer unavailable: {e}")
+    status = check_endpoint(cfg)
+    return Check("LLM", status.ok, status.message)
+
+
+def run_checks(check_llm: bool = True) -> list[Check]:
+    try:
+        cfg = KforgeConfig.load()
+    except BadOption as e:
+        return [Check("config", False, str(e))]
+    checks = [Check("config", True, f"inner={cfg.inner} search={cfg.search} proposer={cfg.proposer}"),
+              _torch(), _gpu(), _nvrtc(), _nvcc(), _cache(cfg)]
+    if check_llm:
+        checks.append(_llm(cfg))
+    return checks

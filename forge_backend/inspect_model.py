@@ -1,0 +1,64 @@
+"""Capture a model's graphs and collect its operator cards, without replacing anything (``kforge cards``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .backend import CompileReport, make_backend
+from .cards import OperatorCard
+from .config import KforgeConfig
+from .modelspec import load
+
+H200_COPY_GBPS = 4248.0  # measured device-to-device copy on the H200 (shared/anchors, 2026-11-30)
+
+
+class RecordingProvider:
+    """Serves no kernels; remembers every card it was asked about."""
+
+    def __init__(self) -> None:
+        self.cards: list[OperatorCard] = []
+
+    def kernels_for(self, cards: list[OperatorCard], cfg: KforgeConfig) -> dict:
+        self.cards.extend(cards)
+        return {}
+
+
+@dataclass
+class ModelCards:
+    cards: list[OperatorCard]
+    ops_seen: int
+    candidates: int
+    bandwidth_gbps: float
+    bandwidth_source: str
+    reports: list[CompileReport] = field(default_factory=list)
+
+
+def merge_cards(cards: list[OperatorCard]) -> list[OperatorCard]:
+    """Merge cards of the same key found in several graphs, summing occurrences."""
+    merged: dict[str, OperatorCard] = {}
+    for c in cards:
+        if c.key in merged:
+            merged[c.key].occurrences += c.occurrences
+        else:
+            merged[c.key] = OperatorCard.from_json(c.to_json())
+    return list(merged.values())
+
+
+def model_cards(spec: str, families: tuple[str, ...] = ()) -> ModelCards:
+    loaded = load(spec)
+    provider = RecordingProvider()
+    reports: list[CompileReport] = []
+    backend = make_backend(provider=provider, on_report=reports.append)
+    torch._dynamo.reset()
+    compiled = torch.compile(loaded.model, backend=backend, options={"families": families, "search": "off"})
+    with torch.no_grad():
+        compiled(*loaded.inputs)
+    bw, source = H200_COPY_GBPS, "H200 copy bandwidth from the anchors; no GPU here"
+    if torch.cuda.is_available():
+        from .measure import copy_bandwidth
+
+        dev = torch.device("cuda", torch.cuda.current_device())
+        bw, source = copy_bandwidth(dev, KforgeConfig.load().cache_dir), f"measured on {torch.cuda.get_device_name()}"
+    return ModelCards(merge_cards(provider.cards), sum(r.ops_seen for r in reports),
+                      sum(r.candidates for r in reports), bw, source, reports)

@@ -1,0 +1,165 @@
+"""``kforge prewarm``: search every operator signature of a model ahead of time.
+
+Plan: capture the model's cards; profile each signature's eager time on the GPU and weigh it by its occurrences
+to get its share of the model's operator time; skip signatures already decided in the cache (so a rerun resumes
+where an interrupted one stopped), those without a template family (unless the LLM proposes), and those under
+``min_share``; then search the rest, biggest share first, one search worker per GPU. Each finished search is
+stored at once, so Ctrl-C loses only the search in flight.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .cards import OperatorCard
+from .config import KforgeConfig
+
+log = logging.getLogger("kforge")
+
+
+@dataclass
+class PlanItem:
+    card: OperatorCard
+    eager_us: float
+    share: float  # of the summed eager time of all candidate signatures x occurrences
+    status: str  # "search" | "cached" | "skipped: <why>"
+
+
+@dataclass
+class PrewarmResult:
+    card: OperatorCard
+    share: float
+    status: str
+    eager_us: float | None = None
+    kforge_us: float | None = None
+    floor_us: float | None = None
+    speedup: float | None = None
+    decision: str | None = None
+    iterations: int = 0
+    iterations_to_best: int | None = None
+    seconds: float = 0.0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    reason: str = ""
+
+    @property
+    def expected_gain(self) -> float:
+        """Share of the profiled operator time saved: share x (1 - 1/speedup) for a kernel, else 0."""
+        if self.decision != "kernel" or not self.speedup:
+            return 0.0
+        return self.share * (1.0 - 1.0 / self.speedup)
+
+
+@dataclass
+class Progress:
+    key: str
+    iteration: int
+    budget: int
+    best_speedup: float | None
+    best_pct_roofline: float | None
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+def profile_cards(cards: list[OperatorCard], device: torch.device) -> dict[str, float]:
+    """Eager device time of each signature on fresh inputs, in microseconds (the model's profile by operator)."""
+    from .measure import Timer
+    from .reference import call_aten
+    from .verify import make_inputs
+
+    timer = Timer(device)
+    out = {}
+    for card in cards:
+        inputs = make_inputs(card, "normal", 7, device)
+        sig = card.signature_obj()
+        out[card.key] = timer.time(lambda: call_aten(sig, inputs), warmup=3, repeats=10).median_us
+        del inputs
+    return out
+
+
+def plan(cards: list[OperatorCard], eager_us: dict[str, float], cfg: KforgeConfig, store, force: bool = False
+         ) -> list[PlanItem]:
+    from .runtime.search_runner import has_template
+
+    total = sum(eager_us[c.key] * c.occurrences for c in cards) or 1.0
+    items = []
+    for c in cards:
+        share = eager_us[c.key] * c.occurrences / total
+        c.baselines_us["eager"] = eager_us[c.key]
+        c.time_share = share
+        if not force and store.get(c.key) is not None:
+            status = "cached"
+        elif share < cfg.min_share:
+            status = f"skipped: {share:.2%} of the time is under min_share {cfg.min_share:.2%}"
+        elif cfg.proposer == "templates" and not has_template(c):
+            status = "skipped: no template family covers this op"
+        else:
+            status = "search"
+        items.append(PlanItem(c, eager_us[c.key], share, status))
+    return sorted(items, key=lambda i: -i.share)
+
+
+def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_op: float, gpus: int,
+        on_progress: Callable[[Progress], None] | None = None,
+        on_done: Callable[[PrewarmResult], None] | None = None) -> list[PrewarmResult]:
+    """Search every item marked "search", ``gpus`` at a time (one worker process per GPU)."""
+    from .runtime.search_runner import run_search
+    from .runtime.worker import WorkerClient
+    from .store.local import LocalStore
+
+    todo = [i for i in items if i.status == "search"]
+    results: list[PrewarmResult] = []
+    store = LocalStore(cfg.cache_dir)
+    lock = threading.Lock()
+    free = list(range(max(gpus, 1)))
+    clients = {g: WorkerClient(cfg.cache_dir, g) for g in free}
+
+    def one(item: PlanItem) -> PrewarmResult:
+        with lock:
+            gpu = free.pop()
+        try:
+            def progress(p) -> None:
+                if on_progress is not None:
+                    on_progress(Progress(item.card.key, p.iteration, p.iterations_budget, p.best_speedup,
+                                         p.best_pct_roofline))
+
+            out = run_search(item.card, cfg, clients[gpu], store, iterations, seconds_per_op, on_progress=progress)
+            res = _result(item, out)
+        finally:
+            with lock:
+                free.append(gpu)
+        if on_done is not None:
+            on_done(res)
+        return res
+
+    try:
+        with ThreadPoolExecutor(max_workers=len(clients)) as pool:
+            for res in pool.map(one, todo):
+                results.append(res)
+    finally:
+        for c in clients.values():
+            c.close()
+    return results
+
+
+def _result(item: PlanItem, out) -> PrewarmResult:
+    rec = out.result.record
+    tokens = sum(int(n.extra.get("tokens", 0) or 0) for n in rec.nodes)
+    cost = sum(float(n.extra.get("cost_usd", 0.0) or 0.0) for n in rec.nodes)
+    t = out.record.timings if out.record is not None else {}
+    return PrewarmResult(item.card, item.share, "searched", rec.eager_us, t.get("kforge_us"), rec.floor_us,
+                         t.get("speedup_vs_eager"), out.record.decision if out.record else "interrupted",
+                         rec.iterations, rec.iterations_to_best, out.seconds, tokens, cost, rec.reason)
+
+
+def cached_result(item: PlanItem, store) -> PrewarmResult:
+    rec = store.get(item.card.key)
+    t = rec.timings if rec is not None else {}
+    return PrewarmResult(item.card, item.share, "cached", t.get("eager_us"), t.get("kforge_us"), t.get("floor_us"),
+                         t.get("speedup_vs_eager"), rec.decision if rec else None,
+                         reason=str(rec.provenance.get("reason", "")) if rec else "")

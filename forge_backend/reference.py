@@ -1,0 +1,47 @@
+"""Call the original ATen op for a signature: the reference for the verifier, the eager baseline for the timer,
+and the fallback when a call-time precondition fails."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from .signature import OpSignature
+
+
+def aten_overload(op: str) -> torch._ops.OpOverload:
+    """``"aten._softmax.default"`` -> ``torch.ops.aten._softmax.default``."""
+    namespace, rest = op.split(".", 1)
+    packet, overload = rest.rsplit(".", 1)
+    return getattr(getattr(getattr(torch.ops, namespace), packet), overload)
+
+
+def _py(v: Any) -> Any:
+    return list(v) if isinstance(v, tuple) else v
+
+
+def _scalar(v: Any) -> Any:
+    if isinstance(v, str) and v.startswith("torch."):
+        attr = getattr(torch, v.removeprefix("torch."), None)
+        if isinstance(attr, (torch.dtype, torch.memory_format, torch.layout)):
+            return attr
+    return _py(v)
+
+
+def call_aten(sig: OpSignature, inputs: Sequence[torch.Tensor], **overrides: Any) -> list[torch.Tensor]:
+    """Run the signature's op on ``inputs`` (its tensor args in schema order); return the used outputs.
+    ``overrides`` replace scalar arguments by name (the verifier uses it to drop ``half_to_float`` for fp64)."""
+    fn = aten_overload(sig.op)
+    it = iter(inputs)
+    positional, kwargs = [], {}
+    for a, schema_arg in zip(sig.args, fn._schema.arguments):
+        v = next(it) if a.tensor is not None else _scalar(overrides.get(a.name, a.value))
+        if a.tensor is None and a.value is None and schema_arg.type.kind() == "TensorType":
+            v = None
+        if schema_arg.kwarg_only:
+            kwargs[a.name] = v
+        else:
+            positional.append(v)
+    out = fn(*positional, **kwargs)
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    return [outs[i] for i in sig.used_outputs]

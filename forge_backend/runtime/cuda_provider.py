@@ -1,0 +1,153 @@
+"""The GPU kernel provider: store lookup, re-verification of untrusted records, search on a miss, launchers.
+
+Per card, in order: a kernel already loaded in this process; a trusted local record (load its cubin: the cubin
+cache makes that 0 NVRTC compiles and 0 timings); an untrusted (shipped or imported) record, re-verified in the
+worker first; else, with ``search="on_miss"`` and a template family for the op, an MCTS search within the compile's
+budget. A failure for one card is logged once with its op and leaves that op to PyTorch (strict: raised).
+"""
+from __future__ import annotations
+
+import logging
+import time
+import torch
+from torch._dynamo.utils import counters
+
+from ..cards import OperatorCard
+from ..config import KforgeConfig
+from ..errors import CandidateFailure, KforgeError
+from ..reference import call_aten
+from ..registry import KernelImpl
+from ..store.local import LocalStore
+from ..store.record import KernelRecord
+from ..store.shipped import ShippedStore, TieredStore
+from .launch import Launcher
+from .nvrtc import compile_candidate
+from .worker import WorkerClient
+
+log = logging.getLogger("kforge")
+
+# One provider per cache directory and process: it owns the worker process and the loaded modules, which must
+# outlive a single torch.compile call (recompiles reuse them).
+_SHARED: dict[str, "CudaProvider"] = {}
+
+
+def impl_from_record(card: OperatorCard, record: KernelRecord, cfg: KforgeConfig) -> KernelImpl:
+    """Load a verified record's kernel into this process (its cubin comes from the cache when present)."""
+    candidate = record.candidate_obj()
+    sig = card.signature_obj()
+    compiled = compile_candidate(candidate, card.arch, cfg.cache_dir)
+    device = torch.device("cuda", torch.cuda.current_device())
+
+    def fallback(inputs):
+        return call_aten(sig, inputs)
+
+    launcher = Launcher(card, candidate, compiled.cubin, device, fallback=fallback)
+    return KernelImpl(card.key, card.op, tuple(t.spec for t in card.outputs), launcher, candidate.description,
+                      record.timings.get("speedup_vs_eager"))
+
+
+class CudaProvider:
+    def __init__(self, cfg: KforgeConfig) -> None:
+        self.cfg = cfg
+        self.local = LocalStore(cfg.cache_dir)
+        self.store = TieredStore(self.local, ShippedStore())
+        self._client: WorkerClient | None = None
+        self._loaded: dict[str, KernelImpl] = {}
+
+    @classmethod
+    def shared(cls, cfg: KforgeConfig) -> "CudaProvider":
+        key = str(cfg.cache_dir)
+        if key not in _SHARED:
+            _SHARED[key] = cls(cfg)
+        _SHARED[key].cfg = cfg
+        return _SHARED[key]
+
+    @property
+    def client(self) -> WorkerClient:
+        if self._client is None:
+            self._client = WorkerClient(self.cfg.cache_dir, torch.cuda.current_device())
+        return self._client
+
+    def kernels_for(self, cards: list[OperatorCard], cfg: KforgeConfig) -> dict[str, KernelImpl]:
+        self.cfg = cfg
+        deadline = time.monotonic() + cfg.search_seconds
+        impls: dict[str, KernelImpl] = {}
+        for card in sorted(cards, key=lambda c: -c.bytes_min * c.occurrences):  # biggest first, for the budget
+            if not card.arch.startswith("sm_"):
+                continue
+            try:
+                impl = self._kernel_for(card, cfg, deadline)
+            except (KforgeError, RuntimeError, OSError) as e:
+                if cfg.strict:
+                    raise
+                counters["kforge"]["card_errors"] += 1
+                log.warning("kforge: %s %s left to PyTorch: %s: %s", card.op,
+                            [list(t.spec.shape) for t in card.inputs[:1]], type(e).__name__, e)
+                continue
+            if impl is not None:
+                impls[card.key] = impl
+        return impls
+
+    def _kernel_for(self, card: OperatorCard, cfg: KforgeConfig, deadline: float) -> KernelImpl | None:
+        if card.key in self._loaded:
+            return self._loaded[card.key]
+        record = self.store.get(card.key)
+        if record is not None:
+            counters["kforge"]["cache_hit"] += 1
+            return self._use_record(card, record, cfg)
+        counters["kforge"]["cache_miss"] += 1
+        if cfg.search != "on_miss" or time.monotonic() >= deadline:
+            return None
+        from .search_runner import has_template, run_search
+
+        if not has_template(card):
+            return None
+        outcome = run_search(card, cfg, self.client, self.local, iterations=cfg.search_iterations,
+                             seconds=max(deadline - time.monotonic(), 1.0))
+        counters["kforge"]["searches"] += 1
+        log.info("kforge: searched %s in %.1fs: %s", card.op, outcome.seconds, outcome.result.record.reason)
+        if outcome.record is None or outcome.record.decision != "kernel":
+            return None
+        return self._use_record(card, outcome.record, cfg)
+
+    def _use_record(self, card: OperatorCard, record: KernelRecord, cfg: KforgeConfig) -> KernelImpl | None:
+        if record.decision != "kernel":
+            return None
+        if not record.trusted:
+            ok, why = reverify_record(record, self.client, cfg)
+            if not ok:
+                log.warning("kforge: %s record from %s failed re-verification (%s); left to PyTorch", card.op,
+                            record.source, why)
+                return None
+            record = record.marked(source="local", trusted=True, reverified=True)
+            self.local.put(record)
+        impl = impl_from_record(card, record, cfg)
+        self._loaded[card.key] = impl
+        return impl
+
+
+def reverify_record(record: KernelRecord, client: WorkerClient | None = None,
+                    cfg: KforgeConfig | None = None) -> tuple[bool, str]:
+    """Verify a record's kernel on this GPU in a worker process (for shipped, imported or team records)."""
+    cfg = cfg or KforgeConfig.load()
+    if not torch.cuda.is_available():
+        return False, "no CUDA GPU"
+    candidate = record.candidate_obj()
+    if candidate is None:
+        return True, "decision 'pytorch': nothing to verify"
+    card = record.card_obj()
+    own_client = client is None
+    client = client or WorkerClient(cfg.cache_dir, torch.cuda.current_device())
+    try:
+        compiled = compile_candidate(candidate, card.arch, cfg.cache_dir)
+        r = client.call({"cmd": "evaluate", "card": card.to_json(), "candidate": candidate.to_json(),
+                         "cubin": compiled.cubin})
+    except CandidateFailure as e:
+        return False, f"{e.stage}: {e.message}"
+    finally:
+        if own_client:
+            client.close()
+    if not r["ok"]:
+        rep = r["verify_report"]
+        return False, f"{rep['failed_check']}: {rep['message']}"
+    return True, f"verified; {r['time_us']:.2f} us, {r['speedup']:.2f}x eager"

@@ -1,0 +1,165 @@
+"""Load a cubin and launch a candidate's plan on PyTorch's current stream, with PyTorch tensors.
+
+Note [host overhead]
+Everything that depends only on the signature (grid, block, shared memory, integer and float arguments, output
+and scratch sizes) is resolved once when the launcher is built. A call then only: checks pointer alignment (the
+precondition the signature cannot see), allocates outputs with the caching allocator, writes the tensor pointers
+into pre-built ctypes parameter slots and calls cuLaunchKernel with the address of that array. The launcher falls
+back to the original ATen op when a precondition fails.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+from torch._dynamo.utils import counters
+
+from ..cards import OperatorCard
+from ..contract import Candidate, ResolvedLaunch, resolve_plan
+from ..errors import CandidateFailure, ContractViolation, PlanError, ToolchainUnavailable
+from ..signature import TensorSpec, to_dtype
+
+log = logging.getLogger("kforge")
+_CTYPES = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float}
+
+
+@functools.lru_cache(maxsize=1)
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError as e:  # pragma: no cover - depends on the machine
+        raise ToolchainUnavailable("cuda-python (cuda.bindings) is not installed") from e
+    return driver
+
+
+def _check(result: tuple, what: str):
+    err = result[0]
+    if int(err) != 0:
+        raise RuntimeError(f"CUDA driver call {what} failed: {err}")
+    return result[1] if len(result) == 2 else result[1:]
+
+
+def _ensure_context(device: torch.device) -> None:
+    """Make PyTorch's primary context current on this thread, so modules load into the context torch uses."""
+    torch.cuda.init()
+    drv = _driver()
+    ctx = _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if int(ctx) == 0:
+        dev = _check(drv.cuDeviceGet(device.index or 0), "cuDeviceGet")
+        primary = _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+        _check(drv.cuCtxSetCurrent(primary), "cuCtxSetCurrent")
+
+
+@dataclass
+class LoadedModule:
+    module: object
+    functions: dict[str, object]
+
+
+def load_module(cubin: bytes, kernel_names: Sequence[str], device: torch.device) -> LoadedModule:
+    _ensure_context(device)
+    drv = _driver()
+    module = _check(drv.cuModuleLoadData(cubin), "cuModuleLoadData")
+    funcs = {name: _check(drv.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
+             for name in kernel_names}
+    return LoadedModule(module, funcs)
+
+
+class _ParamBlock:
+    """ctypes storage for one launch's parameters; pointer slots are rewritten on every call."""
+
+    def __init__(self, launch: ResolvedLaunch) -> None:
+        self.values = []
+        self.pointer_slots: list[tuple[ctypes.c_void_p, str, object]] = []
+        for kind, payload in launch.args:
+            if kind in _CTYPES:
+                v = _CTYPES[kind](payload)
+            else:
+                v = ctypes.c_void_p(0)
+                self.pointer_slots.append((v, kind, payload))
+            self.values.append(v)
+        self.array = (ctypes.c_void_p * max(len(self.values), 1))(
+            *[ctypes.addressof(v) for v in self.values])
+        self.address = ctypes.addressof(self.array)
+
+
+class Launcher:
+    """Runs one candidate for one card. ``__call__(inputs)`` returns the used outputs (fresh tensors)."""
+
+    def __init__(self, card: OperatorCard, candidate: Candidate, cubin: bytes, device: torch.device,
+                 fallback: Callable[[Sequence[torch.Tensor]], list[torch.Tensor]] | None = None) -> None:
+        self.card, self.candidate, self.device = card, candidate, device
+        try:
+            self.launches, self.scratch = resolve_plan(candidate, card.sizes, card.floats)
+        except (PlanError, ContractViolation) as e:
+            raise CandidateFailure("plan", str(e)) from e
+        self.module = load_module(cubin, sorted({l.kernel for l in self.launches}), device)
+        self.out_specs: list[TensorSpec] = [t.spec for t in card.outputs]
+        self.out_index = {int(t.name.removeprefix("out")): i for i, t in enumerate(card.outputs)}
+        self.in_index = {t.name: i for i, t in enumerate(card.inputs)}
+        self.align = max(candidate.requires_align, 1)
+        self.fallback = fallback
+        self._blocks = [_ParamBlock(l) for l in self.launches]
+        self._lock = threading.Lock()
+        self._device_index = device.index if device.index is not None else torch.cuda.current_device()
+        self._raise_smem_limits()
+        self._validate_pointers()
+
+    def _raise_smem_limits(self) -> None:
+        drv = _driver()
+        attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        for l in self.launches:
+            if l.smem > 48 * 1024:
+                _check(drv.cuFuncSetAttribute(self.module.functions[l.kernel], attr, l.smem), "cuFuncSetAttribute")
+
+    def _validate_pointers(self) -> None:
+        for block in self._blocks:
+            for _, kind, payload in block.pointer_slots:
+                if kind == "in" and payload not in self.in_index:
+                    raise CandidateFailure("plan", f"plan reads input {payload!r}; card inputs: {list(self.in_index)}")
+                if kind == "out" and payload not in self.out_index:
+                    raise CandidateFailure("plan", f"plan writes output {payload}; used outputs: {list(self.out_index)}")
+
+    def allocate_outputs(self) -> list[torch.Tensor]:
+        return [torch.empty_strided(s.shape, s.stride, dtype=to_dtype(s.dtype), device=self.device)
+                for s in self.out_specs]
+
+    def aligned(self, tensors: Sequence[torch.Tensor]) -> bool:
+        a = self.align
+        return a <= 1 or all(t.data_ptr() % a == 0 for t in tensors)
+
+    def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        outputs = self.allocate_outputs()
+        if not self.aligned(inputs):
+            if self.fallback is None:
+                raise CandidateFailure("launch", f"input pointer not aligned to {self.align} bytes")
+            counters["kforge"]["alignment_fallback"] += 1
+            return self.fallback(inputs)
+        self.launch_into(inputs, outputs)
+        return outputs
+
+    def launch_into(self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor]) -> None:
+        """Launch writing into caller-provided outputs (the verifier passes NaN-poisoned ones)."""
+        scratch = {name: (torch.zeros if zero else torch.empty)(max(nbytes, 1), dtype=torch.uint8,
+                                                                device=self.device)
+                   for name, nbytes, zero in self.scratch}
+        stream = torch._C._cuda_getCurrentRawStream(self._device_index)
+        drv = _driver()
+        with self._lock:
+            for launch, block in zip(self.launches, self._blocks):
+                for slot, kind, payload in block.pointer_slots:
+                    if kind == "in":
+                        slot.value = inputs[self.in_index[payload]].data_ptr()
+                    elif kind == "out":
+                        slot.value = outputs[self.out_index[payload]].data_ptr()
+                    else:
+                        slot.value = scratch[payload].data_ptr()
+                err = drv.cuLaunchKernel(self.module.functions[launch.kernel], *launch.grid, *launch.block,
+                                         launch.smem, stream, block.address, 0)[0]
+                if int(err) != 0:
+                    raise CandidateFailure("launch", f"cuLaunchKernel({launch.kernel}) failed: {err}")

@@ -1,0 +1,98 @@
+"""Run one search for one operator card and turn its outcome into stored records."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..cards import OperatorCard
+from ..config import KforgeConfig
+from ..search.mcts import MCTS, SearchConfig, SearchProgress, SearchResult
+from ..store.local import LocalStore
+from ..store.record import KernelRecord, make_provenance
+from .evaluator import WorkerEvaluator
+from .nvrtc import nvrtc_version
+from .worker import WorkerClient
+
+log = logging.getLogger("kforge")
+
+
+def make_proposers(cfg: KforgeConfig) -> list:
+    """The proposers the config asks for: templates, llm or both (mixed)."""
+    proposers = []
+    if cfg.proposer in ("templates", "mixed"):
+        from ..search.templates.proposer import TemplateProposer
+
+        proposers.append(TemplateProposer())
+    if cfg.proposer in ("llm", "mixed"):
+        from ..search.llm.proposer import LLMProposer
+
+        proposers.append(LLMProposer(cfg))
+    return proposers
+
+
+def has_template(card: OperatorCard) -> bool:
+    from ..search.templates import family_for
+
+    return family_for(card) is not None
+
+
+@dataclass
+class SearchOutcome:
+    record: KernelRecord | None  # None when the result must not be cached (budget ran out before any verdict)
+    result: SearchResult
+    seconds: float
+
+
+def run_search(card: OperatorCard, cfg: KforgeConfig, client: WorkerClient, store: LocalStore,
+               iterations: int, seconds: float, proposers: list | None = None,
+               on_progress: Callable[[SearchProgress], None] | None = None, seed: int = 0) -> SearchOutcome:
+    import time
+
+    t0 = time.perf_counter()
+    base = client.call({"cmd": "baseline", "card": card.to_json()})
+    card.baselines_us["eager"] = base["eager_us"]
+    evaluator = WorkerEvaluator(client, card.arch, cfg.cache_dir)
+    config = SearchConfig(iterations=iterations, seconds=seconds, margin=cfg.margin, seed=seed, parallel=4,
+                          max_tokens=cfg.llm_budget_tokens, max_cost_usd=cfg.llm_budget_usd)
+    mcts = MCTS(card, base["eager_us"], base["floor_us"], proposers or make_proposers(cfg), evaluator, config,
+                bandwidth_gbps=base["bandwidth_gbps"], on_progress=on_progress)
+    result = mcts.run()
+    rec = result.record
+    store.put_search(card.key, rec.to_json())
+    record = _to_record(card, result, base, proposer=_proposer_of(result))
+    if record.decision == "pytorch" and rec.stop_reason in ("seconds", "tokens", "cost") and not any(
+            n.status == "ok" for n in rec.nodes[1:]):
+        record = None  # Note: cut short before any verdict; a later search with more budget may find a kernel
+    if record is not None:
+        store.put(record)
+    return SearchOutcome(record, result, time.perf_counter() - t0)
+
+
+def _proposer_of(result: SearchResult) -> str:
+    rec = result.record
+    node = rec.node(rec.winner_id) if rec.winner_id is not None else None
+    return node.proposer if node is not None else ""
+
+
+def _to_record(card: OperatorCard, result: SearchResult, base: dict, proposer: str) -> KernelRecord:
+    rec = result.record
+    sig = card.signature_obj()
+    timings = {"eager_us": base["eager_us"], "floor_us": base["floor_us"], "bandwidth_gbps": base["bandwidth_gbps"],
+               "remeasured_us": rec.winner_remeasured_us}
+    verification: dict = {}
+    if rec.winner_id is not None:
+        import statistics
+
+        node = rec.node(rec.winner_id)
+        t = statistics.median(rec.winner_remeasured_us)
+        timings.update(kforge_us=t, speedup_vs_eager=base["eager_us"] / t, pct_bw=100.0 * base["floor_us"] / t,
+                       search_us=node.time_us, iterations_to_best=rec.iterations_to_best)
+        verification = dict(node.verify_report or {})
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else ""
+    prov = make_provenance(proposer, search_id=card.key, gpu=gpu, nvrtc=nvrtc_version(), reason=rec.reason,
+                           iterations=rec.iterations)
+    return KernelRecord.create(sig, card, rec.decision, result.winner, verification=verification, timings=timings,
+                               provenance=prov, trusted=True)

@@ -1,0 +1,298 @@
+"""Shared pieces of the template generators: dtype tables, the CUDA preamble every template starts with, launch and
+candidate builders, and small helpers for enumerating valid knob changes.
+
+Leaf of the templates package: imports only the contract and the card types.
+
+Note [baked constants]
+A candidate is compiled for exactly one signature, so generators bake the sizes that shape the code (row length,
+vector width, iterations per thread) into the source as ``constexpr``. Loops then have compile-time trip counts, the
+per-thread row cache is a register array indexed by constants, and divisions by channel counts become multiply-
+shift. Only sizes that merely bound a loop (rows) travel as launch arguments.
+
+Note [safe exp]
+Softmax statistics use ``sexp(v, m) = m == -inf ? 0 : exp(v - m)``. A chunk or thread whose values are all -inf
+(or that holds no values) then contributes (m=-inf, s=0) instead of NaN, so partial -inf entries give 0 like
+PyTorch. The final output uses the plain exp, so a row that is entirely -inf still gives NaN, as PyTorch does.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from ...cards import OperatorCard
+from ...contract import Candidate, Launch, Scratch
+from ...signature import TensorSpec
+
+CTYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+FLOAT_DTYPES = frozenset(CTYPE)
+SMEM_LIMIT = 227 * 1024  # bytes of shared memory one block may use on sm_90 (dynamic, opt-in above 48 KB)
+STATIC_SMEM_LIMIT = 48 * 1024  # static __shared__ arrays must stay under this
+REG_CACHE_BLOCK = 128 * 1024  # bytes of row a block may hold in registers (half the 256 KB register file)
+REG_CACHE_THREAD = 256  # bytes one thread may hold (64 registers)
+INT32_MAX = 2**31 - 1
+SMS = 132  # H200 SM count; only used to size grids so that every SM has work
+
+PREAMBLE = r"""#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <math_constants.h>
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+// Round a float through T and back (ATen stores some statistics in the input dtype and reuses the rounded value).
+template <typename T> __device__ __forceinline__ float round_to(float x) { return to_f(from_f<T>(x)); }
+
+// N elements of T moved as one (up to 16-byte) access; the generator only uses it on N-aligned offsets.
+template <typename T, int N> struct __align__(sizeof(T) * N) Pack { T v[N]; };
+template <typename T, int N> __device__ __forceinline__ Pack<T, N> ldp(const T* p) {
+  return *reinterpret_cast<const Pack<T, N>*>(p);
+}
+template <typename T, int N> __device__ __forceinline__ void stp(T* p, const Pack<T, N>& x) {
+  *reinterpret_cast<Pack<T, N>*>(p) = x;
+}
+
+__device__ __forceinline__ float sexp(float v, float m) { return m == -CUDART_INF_F ? 0.f : __expf(v - m); }
+
+struct Sum { __device__ __forceinline__ float operator()(float a, float b) const { return a + b; } };
+struct Max { __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+// Max that propagates NaN like torch.amax.
+struct MaxNan { __device__ __forceinline__ float operator()(float a, float b) const { return (a != a || a > b) ? a : b; } };
+// Online-softmax statistics (max, sum of exp(x - max)).
+struct MaxSum {
+  __device__ __forceinline__ float2 operator()(float2 a, float2 b) const {
+    const float m = fmaxf(a.x, b.x);
+    return make_float2(m, a.y * sexp(a.x, m) + b.y * sexp(b.x, m));
+  }
+};
+// Chan's parallel combine of (count, mean, M2): exact, deterministic for a fixed order.
+struct Chan {
+  __device__ __forceinline__ float4 operator()(float4 a, float4 b) const {
+    const float n = a.x + b.x;
+    if (n == 0.f) return a;
+    const float d = b.y - a.y, f = b.x / n;
+    return make_float4(n, a.y + d * f, a.z + b.z + d * d * a.x * f, 0.f);
+  }
+};
+
+__device__ __forceinline__ float shfl_xor(float v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+__device__ __forceinline__ float2 shfl_xor(float2 v, int o) {
+  return make_float2(__shfl_xor_sync(0xffffffffu, v.x, o), __shfl_xor_sync(0xffffffffu, v.y, o));
+}
+__device__ __forceinline__ float4 shfl_xor(float4 v, int o) {
+  return make_float4(__shfl_xor_sync(0xffffffffu, v.x, o), __shfl_xor_sync(0xffffffffu, v.y, o),
+                     __shfl_xor_sync(0xffffffffu, v.z, o), __shfl_xor_sync(0xffffffffu, v.w, o));
+}
+
+// All-reduce over groups of TPR consecutive threads of an NT-thread block (TPR <= 32, or TPR == NT).
+// Every thread of a group gets the same value, computed in the same order (bit-identical across runs).
+// The whole block must call it (shuffles use the full mask; the block path uses __syncthreads).
+template <int NT, int TPR, class V, class Op> __device__ __forceinline__ V group_all(V v, Op op, V* red) {
+#pragma unroll
+  for (int o = (TPR < 32 ? TPR : 32) / 2; o > 0; o >>= 1) v = op(v, shfl_xor(v, o));
+  if constexpr (TPR > 32) {
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = red[0];
+#pragma unroll
+    for (int i = 1; i < NT / 32; ++i) v = op(v, red[i]);
+  }
+  return v;
+}
+"""
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def pow2_floor(n: int) -> int:
+    return 1 << (max(int(n), 1).bit_length() - 1)
+
+
+def pow2_ceil(n: int) -> int:
+    return 1 << (max(int(n), 1) - 1).bit_length()
+
+
+def clamp(v: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, v))
+
+
+def ctype(dtype: str) -> str:
+    return CTYPE[dtype]
+
+
+def input_spec(card: OperatorCard, name: str) -> TensorSpec | None:
+    for t in card.inputs:
+        if t.name == name:
+            return t.spec
+    return None
+
+
+def output_spec(card: OperatorCard, index: int) -> TensorSpec | None:
+    for t in card.outputs:
+        if t.name == f"out{index}":
+            return t.spec
+    return None
+
+
+def main_input(card: OperatorCard) -> TensorSpec:
+    return card.inputs[0].spec
+
+
+def all_float(specs: Iterable[TensorSpec | None]) -> bool:
+    return all(s is None or s.dtype in FLOAT_DTYPES for s in specs)
+
+
+def is_dense(spec: TensorSpec) -> bool:
+    """Non-overlapping and dense (contiguous in some dim order): flat storage index covers 0..numel-1 once."""
+    dims = sorted((st, sz) for sz, st in zip(spec.shape, spec.stride) if sz != 1)
+    expect = 1
+    for st, sz in dims:
+        if st != expect:
+            return False
+        expect *= sz
+    return True
+
+
+def same_layout(a: TensorSpec, b: TensorSpec) -> bool:
+    """Same shape, dense, and the same strides on every non-trivial dim: flat index i means the same element."""
+    if a.shape != b.shape or not (is_dense(a) and is_dense(b)):
+        return False
+    return all(sa == sb for sz, sa, sb in zip(a.shape, a.stride, b.stride) if sz != 1)
+
+
+def flat_contiguous(spec: TensorSpec) -> bool:
+    """Row-major contiguous once size-1 dims are ignored (so ``[rows, 1]`` keepdim outputs index as ``row``)."""
+    expect = 1
+    for sz, st in reversed(list(zip(spec.shape, spec.stride))):
+        if sz == 1:
+            continue
+        if st != expect:
+            return False
+        expect *= sz
+    return True
+
+
+def vec_ok(vec: int, n: int, specs: Iterable[TensorSpec]) -> bool:
+    """A vector of ``vec`` elements fits every tensor: n divisible, at most 16 bytes, storage offset aligned."""
+    if vec < 1 or vec & (vec - 1) or n % vec:
+        return False
+    return all(vec * ITEMSIZE[s.dtype] <= 16 and s.offset_align % (vec * ITEMSIZE[s.dtype]) == 0 for s in specs)
+
+
+def best_vec(n: int, specs: list[TensorSpec]) -> int:
+    """Widest valid vector (16 bytes for the widest element type), down to 1."""
+    vec = 16 // min(ITEMSIZE[s.dtype] for s in specs)
+    while vec > 1 and not vec_ok(vec, n, specs):
+        vec //= 2
+    return vec
+
+
+def align_of(vec: int, specs: Iterable[TensorSpec]) -> int:
+    """Pointer alignment the runtime must check for a kernel that moves ``vec`` elements at a time."""
+    return max((vec * ITEMSIZE[s.dtype] for s in specs), default=1) if vec > 1 else 1
+
+
+def launch(kernel: str, grid: Any, block: Any, args: list[str], smem: Any = 0) -> Launch:
+    grid = tuple(grid) if isinstance(grid, (list, tuple)) else (grid,)
+    block = tuple(block) if isinstance(block, (list, tuple)) else (block,)
+    return Launch(kernel, tuple(grid) + (1,) * (3 - len(grid)), tuple(block) + (1,) * (3 - len(block)), tuple(args),
+                  smem)
+
+
+def make_candidate(source: str, launches: list[Launch], description: str, params: dict[str, Any], align: int = 1,
+                   scratch: dict[str, tuple[Any, bool]] | None = None) -> Candidate:
+    return Candidate(
+        source=source,
+        launches=tuple(launches),
+        scratch=tuple((k, Scratch(b, z)) for k, (b, z) in (scratch or {}).items()),
+        description=description,
+        params=tuple(sorted(params.items())),
+        requires_align=align,
+    )
+
+
+def consts(**values: int) -> str:
+    """``constexpr`` lines; values past int32 become long long."""
+    return "\n".join(f"constexpr {'long long' if abs(v) > INT32_MAX else 'int'} {k} = {v};" for k, v in values.items())
+
+
+def typedefs(**dtypes: str) -> str:
+    return "\n".join(f"typedef {CTYPE[d]} {k};" for k, d in dtypes.items())
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# row loops shared by softmax and the row norms. The kernel defines: T, P = Pack<T, VEC>, VEC, TPR, NIT, `lane`,
+# `ok` (this thread's row exists), `xr` (row pointer), `cbeg`/`cend` (column range), and for caches `c`.
+
+
+def row_fill(src: str) -> str:
+    """Load this thread's packs of [cbeg, cend) into the row cache ``c``."""
+    slot = "c[i]" if src == "reg" else "c[i * TPR + lane]"
+    return f"""
+#pragma unroll
+  for (int i = 0; i < NIT; ++i) {{
+    const int col = cbeg + (i * TPR + lane) * VEC;
+    if (ok && col < cend) {slot} = ldp<T, VEC>(xr + col);
+  }}"""
+
+
+def row_loop(src: str, body: str) -> str:
+    """Run ``body`` on each of this thread's packs ``p`` (at column ``col``) from the cache or from global."""
+    if src in ("reg", "smem"):
+        slot = "c[i]" if src == "reg" else "c[i * TPR + lane]"
+        return f"""
+#pragma unroll
+  for (int i = 0; i < NIT; ++i) {{
+    const int col = cbeg + (i * TPR + lane) * VEC;
+    if (ok && col < cend) {{ const P p = {slot}; {body} }}
+  }}"""
+    return f"""
+  if (ok) {{
+#pragma unroll 4
+    for (int col = cbeg + lane * VEC; col < cend; col += TPR * VEC) {{ const P p = ldp<T, VEC>(xr + col); {body} }}
+  }}"""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# actions: one-knob changes, filtered by the family's validity check
+
+
+def knob(p: dict[str, Any], name: str, value: Any) -> tuple[str, dict[str, Any]]:
+    q = dict(p)
+    q[name] = value
+    return f"{name} {p.get(name)} -> {value}", q
+
+
+def scale_knob(p: dict[str, Any], name: str, factors: tuple[float, ...] = (0.5, 2)) -> list[tuple[str, dict]]:
+    if name not in p:
+        return []
+    return [knob(p, name, int(p[name] * f)) for f in factors if int(p[name] * f) >= 1]
+
+
+def choice_knob(p: dict[str, Any], name: str, choices: Iterable[Any]) -> list[tuple[str, dict]]:
+    if name not in p:
+        return []
+    return [knob(p, name, c) for c in choices if c != p[name]]
+
+
+def filter_actions(card: OperatorCard, p: dict[str, Any], acts: list[tuple[str, dict[str, Any]]],
+                   valid: Callable[[OperatorCard, dict[str, Any]], bool]) -> list[tuple[str, dict[str, Any]]]:
+    """Drop invalid and duplicate results, and any that equal ``p``."""
+    seen, out = {freeze(p)}, []
+    for label, q in acts:
+        f = freeze(q)
+        if f in seen or not valid(card, q):
+            continue
+        seen.add(f)
+        out.append((label, q))
+    return out
+
+
+def freeze(p: dict[str, Any]) -> tuple:
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in p.items()))

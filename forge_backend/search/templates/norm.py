@@ -1,0 +1,556 @@
+"""Normalisations: layer norm and RMS norm (rows), inference batch norm (per-channel affine), group norm (split
+reduction).
+
+Strategies per op (``params["strategy"]``):
+
+* layer_norm / rms_norm: ``group`` (TPR <= 32 threads per row) or ``block`` (one block per row); the row cached in
+  registers (``cache=reg``: one DRAM read) or re-read (``cache=none``: 3 reads for layer norm, 2 for RMS norm, the
+  later ones mostly from L1/L2). Mean and variance are two-pass (mean first, then sum of squared deviations).
+* batch_norm: ``flat`` (channel parameters looked up per vector), ``plane`` (NCHW: one block row per (n, c) plane,
+  parameters once per block), ``hoist`` (channels-last: a grid-stride loop whose stride is a multiple of C, so each
+  thread keeps the same channels and loads their parameters once).
+* group_norm: SD-VAE shapes have N*G = 32 groups for 132 SMs, so every group is split across K blocks.
+  ``split``: pass 1 writes per-chunk (count, mean, M2) to scratch; pass 2 blocks each combine their group's K partials
+  (Chan's formula, fixed order, so every block gets identical stats) and normalise their chunk.
+  ``sync``: one launch; blocks take tickets (an atomic counter) so a group's K chunks belong to blocks that are all
+  running; each block keeps its chunk in registers, publishes its partial, waits on the group's arrival counter,
+  combines and writes. The input is read from DRAM once (2 reads for ``split``).
+
+Note [ticket barrier progress]
+A block waits only for blocks holding the other tickets of its group. Tickets are taken in order by blocks that are
+already resident, so every group but the newest is fully resident and finishes; the newest one gets the slots they
+free. This needs K <= the blocks that can be resident at once; ``valid`` keeps K under half of an estimate of that.
+Only integer atomics are used, so results stay bit-identical.
+"""
+from __future__ import annotations
+
+from math import gcd
+from typing import Any
+
+from ...cards import OperatorCard
+from ...contract import Candidate
+from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, SMS, align_of, best_vec,
+                     cdiv, clamp, consts, filter_actions, flat_contiguous, input_spec, knob, launch, main_input,
+                     make_candidate, output_spec, pow2_ceil, row_fill, row_loop, same_layout, scale_knob, typedefs,
+                     vec_ok)
+
+OPS = {"aten.native_layer_norm.default": "layer_norm", "aten._fused_rms_norm.default": "rms_norm",
+       "aten._native_batch_norm_legit_no_training.default": "batch_norm",
+       "aten.native_group_norm.default": "group_norm"}
+STRATEGIES = {"layer_norm": ("group", "block"), "rms_norm": ("group", "block"),
+              "batch_norm": ("flat", "plane", "hoist"), "group_norm": ("sync", "split")}
+RMS_DEFAULT_EPS = 1.1920928955078125e-07  # torch.finfo(float32).eps: _fused_rms_norm's eps=None
+
+
+def _kind(card: OperatorCard) -> str:
+    return OPS[card.op]
+
+
+def _opt(card: OperatorCard, name: str, numel: int) -> bool:
+    """An optional per-channel/per-column parameter tensor is absent, or contiguous with ``numel`` floats."""
+    s = input_spec(card, name)
+    return s is None or (s.dtype in FLOAT_DTYPES and s.numel == numel and s.is_contiguous())
+
+
+def matches(card: OperatorCard) -> bool:
+    kind = OPS.get(card.op)
+    if kind is None or not card.inputs:
+        return False
+    x, y = main_input(card), output_spec(card, 0)
+    if y is None or x.dtype not in FLOAT_DTYPES or y.dtype not in FLOAT_DTYPES or x.numel == 0:
+        return False
+    if kind in ("layer_norm", "rms_norm"):
+        rows, cols = card.sizes["rows"], card.sizes["cols"]
+        stats = [output_spec(card, i) for i in (1, 2)]
+        return (x.is_contiguous() and y.is_contiguous() and _opt(card, "weight", cols) and _opt(card, "bias", cols)
+                and all(s is None or (s.numel == rows and flat_contiguous(s) and s.dtype in FLOAT_DTYPES)
+                        for s in stats))
+    if kind == "batch_norm":
+        c = x.shape[1] if len(x.shape) >= 2 else 0
+        extra = [output_spec(card, i) for i in (1, 2)]
+        return (c > 0 and same_layout(x, y) and (x.is_contiguous() or x.is_channels_last())
+                and all(_opt(card, n, c) for n in ("weight", "bias"))
+                and all(input_spec(card, n) is not None and _opt(card, n, c) for n in ("running_mean", "running_var"))
+                and all(s is None or s.numel == 0 for s in extra))
+    n, g = card.sizes.get("N", 0), card.sizes.get("G", 0)
+    stats = [output_spec(card, i) for i in (1, 2)]
+    return (x.is_contiguous() and same_layout(x, y) and g > 0 and card.sizes["C"] % g == 0
+            and _opt(card, "weight", card.sizes["C"]) and _opt(card, "bias", card.sizes["C"])
+            and all(s is None or (s.numel == n * g and flat_contiguous(s) and s.dtype in FLOAT_DTYPES)
+                    for s in stats))
+
+
+def _tensors(card: OperatorCard) -> list:
+    return [t.spec for t in card.inputs] + [t.spec for t in card.outputs if t.name == "out0"]
+
+
+def _isz(card: OperatorCard) -> int:
+    return ITEMSIZE[main_input(card).dtype]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# parameters
+
+
+def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
+    kind, isz = _kind(card), _isz(card)
+    if kind in ("layer_norm", "rms_norm"):
+        cols = card.sizes["cols"]
+        vec = best_vec(cols, _tensors(card))
+        if strategy == "group":
+            tpr = clamp(pow2_ceil(cdiv(cols, vec * 4)), 1, 32)
+            p = {"strategy": "group", "vec": vec, "tpr": tpr, "block": 128, "cache": "reg"}
+        else:
+            block = clamp(pow2_ceil(cdiv(cols, vec * 4)), 64, 1024)
+            p = {"strategy": "block", "vec": vec, "block": block, "cache": "reg"}
+        return p if valid(card, p) else {**p, "cache": "none"}
+    if kind == "batch_norm":
+        x = main_input(card)
+        inner = x.shape[1] if _channels_last(card) else _hw(card)
+        vec = best_vec(gcd(inner, x.numel), _tensors(card))
+        p = {"strategy": strategy, "vec": vec, "block": 256, "unroll": 4}
+        if strategy == "plane":
+            p.update(block=clamp(pow2_ceil(cdiv(_hw(card), vec * 4)), 32, 256), unroll=1)
+        return p
+    gs = card.sizes["group_size"]
+    vec = best_vec(gcd(card.sizes["HxW"], gs), _tensors(card))
+    block = clamp(pow2_ceil(cdiv(gs, vec * 4)), 64, 512)  # small groups: fewer idle threads
+    if strategy == "sync":
+        for bpt in (64, 128, 256):
+            p = {"strategy": "sync", "vec": vec, "block": block, "bpt": max(bpt, vec * isz)}
+            if valid(card, p) and _sync_k(card, p) <= 64:
+                return p
+        return p
+    ng = card.sizes["N"] * card.sizes["G"]
+    k = clamp(cdiv(8 * SMS, ng), 1, max(1, cdiv(gs, block * vec)))
+    return {"strategy": "split", "vec": vec, "block": block, "k": k, "reverse": True}
+
+
+def root_params(card: OperatorCard) -> dict[str, Any]:
+    kind = _kind(card)
+    if kind in ("layer_norm", "rms_norm"):
+        order = ("group", "block") if card.sizes["cols"] * _isz(card) <= 2048 else ("block", "group")
+    elif kind == "batch_norm":
+        big_planes = _hw(card) >= 1024
+        order = ("hoist", "flat") if _channels_last(card) else (("plane", "flat") if big_planes else ("flat",))
+    else:
+        order = STRATEGIES["group_norm"]
+    return next(p for s in order if valid(card, p := defaults(card, s)))
+
+
+def seeds(card: OperatorCard) -> list[dict[str, Any]]:
+    root = root_params(card)
+    return [root] + [p for s in STRATEGIES[_kind(card)]
+                     if s != root["strategy"] and valid(card, p := defaults(card, s))]
+
+
+def _hw(card: OperatorCard) -> int:
+    x = main_input(card)
+    hw = 1
+    for s in x.shape[2:]:
+        hw *= s
+    return hw
+
+
+def _channels_last(card: OperatorCard) -> bool:
+    x = main_input(card)
+    return x.is_channels_last() and not x.is_contiguous()
+
+
+def _sync_k(card: OperatorCard, p: dict[str, Any]) -> int:
+    return cdiv(card.sizes["group_size"], p["block"] * (p["bpt"] // _isz(card)))
+
+
+def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
+    kind, s, vec, block = _kind(card), p.get("strategy"), p.get("vec", 0), p.get("block", 0)
+    if s not in STRATEGIES[kind] or block % 32 or not 32 <= block <= 1024:
+        return False
+    isz = _isz(card)
+    if kind in ("layer_norm", "rms_norm"):
+        cols = card.sizes["cols"]
+        tpr = p.get("tpr", 0) if s == "group" else block
+        if not vec_ok(vec, cols, _tensors(card)) or (s == "group" and tpr not in (1, 2, 4, 8, 16, 32)):
+            return False
+        if s == "block" and block > max(64, pow2_ceil(cdiv(cols, vec))):
+            return False
+        per_thread = cdiv(cols, tpr * vec) * vec * isz
+        fits = per_thread <= REG_CACHE_THREAD and per_thread * block <= REG_CACHE_BLOCK
+        return p.get("cache") == "none" or (p.get("cache") == "reg" and fits)
+    if kind == "batch_norm":
+        x, cl = main_input(card), _channels_last(card)
+        inner = x.shape[1] if cl else _hw(card)
+        if not vec_ok(vec, inner, _tensors(card)) or p.get("unroll") not in (1, 2, 4, 8):
+            return False
+        if s == "plane":
+            return not cl and cdiv(_hw(card), block * vec * p["unroll"]) <= 65535
+        if s == "hoist":
+            return cl
+        return cdiv(x.numel // vec, block * p["unroll"]) < 2**31
+    gs, hw = card.sizes["group_size"], card.sizes["HxW"]
+    if not vec_ok(vec, gcd(hw, gs), _tensors(card)):
+        return False
+    ng = card.sizes["N"] * card.sizes["G"]
+    if s == "split":
+        k = p.get("k", 0)
+        return 1 <= k <= max(1, cdiv(gs, vec)) and ng * k < 2**31 and isinstance(p.get("reverse"), bool)
+    bpt = p.get("bpt", 0)
+    if bpt not in (16, 32, 64, 128, 256) or bpt % (vec * isz) or bpt * block > REG_CACHE_BLOCK:
+        return False
+    regs = 40 + bpt // 4  # rough estimate of registers per thread
+    resident = SMS * max(1, min(2048 // block, 65536 // (block * regs)))
+    return _sync_k(card, p) <= resident // 2 and ng * _sync_k(card, p) < 2**31
+
+
+def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    kind = _kind(card)
+    acts = [(f"strategy {p['strategy']} -> {s}", defaults(card, s)) for s in STRATEGIES[kind] if s != p["strategy"]]
+    for name in ("vec", "block", "tpr", "unroll", "k", "bpt"):
+        acts += scale_knob(p, name)
+    if "cache" in p:
+        acts.append(knob(p, "cache", "none" if p["cache"] == "reg" else "reg"))
+    if "reverse" in p:
+        acts.append(knob(p, "reverse", not p["reverse"]))
+    return filter_actions(card, p, acts, valid)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# code generation
+
+
+def _args(card: OperatorCard, items: list[tuple[str, str, str]]) -> tuple[str, list[str]]:
+    """(plan arg, C parameter, presence key) -> the C parameter list and plan args of the tensors that exist."""
+    have = {t.name for t in card.inputs} | {t.name for t in card.outputs}
+    kept = [(a, c) for a, c, key in items if key in have or key == ""]
+    return ", ".join(c for _, c in kept), [a for a, _ in kept]
+
+
+def _eps(card: OperatorCard, default: float) -> str:
+    if "eps" in card.floats:
+        return "f32:eps"
+    v = card.scalars.get("eps")
+    return f"f32:{float(v) if v is not None else default!r}"
+
+
+def _dtype(card: OperatorCard, name: str, fallback: str) -> str:
+    s = input_spec(card, name) if not name.startswith("out") else output_spec(card, int(name[3:]))
+    return s.dtype if s is not None else fallback
+
+
+def _row_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
+    rms = _kind(card) == "rms_norm"
+    x = main_input(card)
+    cols, block, vec, cache = card.sizes["cols"], p["block"], p["vec"], p["cache"]
+    tpr = p["tpr"] if p["strategy"] == "group" else block
+    has = {n: input_spec(card, n) is not None for n in ("weight", "bias")}
+    mean_i, rstd_i = (9, 1) if rms else (1, 2)  # rms_norm has no mean output (index 9 never exists)
+    has_mean = output_spec(card, mean_i) is not None
+    has_rstd = output_spec(card, rstd_i) is not None
+    params, args = _args(card, [
+        ("in:input", "const T* __restrict__ x", ""), ("in:weight", "const TW* __restrict__ w", "weight"),
+        ("in:bias", "const TB* __restrict__ b", "bias"), ("out:0", "TO* __restrict__ y", ""),
+        (f"out:{mean_i}", "TM* __restrict__ mean_out", f"out{mean_i}"),
+        (f"out:{rstd_i}", "TR* __restrict__ rstd_out", f"out{rstd_i}"),
+        ("i64:rows", "long long rows", ""), (_eps(card, RMS_DEFAULT_EPS), "float eps", "")])
+    src = "reg" if cache == "reg" else "global"
+    sq = "d * d" if not rms else "v * v"
+    body_sum = "\n#pragma unroll\n for (int j = 0; j < VEC; ++j) s += to_f(p.v[j]);"
+    body_sq = f"\n#pragma unroll\n for (int j = 0; j < VEC; ++j) {{ const float v = to_f(p.v[j]), d = v - mean; q += {sq}; }}"
+    wload = ("const Pack<TW, VEC> wp = ldp<TW, VEC>(w + col);" if has["weight"] else "") + \
+            ("const Pack<TB, VEC> bp = ldp<TB, VEC>(b + col);" if has["bias"] else "")
+    expr = "(to_f(p.v[j]) - mean) * rstd" + (" * to_f(wp.v[j])" if has["weight"] else "") + \
+           (" + to_f(bp.v[j])" if has["bias"] else "")
+    body_out = f"{wload} PO o;\n#pragma unroll\n for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({expr});\n stp<TO, VEC>(yr + col, o);"
+    mean_stats = "const float mean = 0.f;" if rms else \
+        f"float s = 0.f;{row_loop(src, body_sum)}\n  const float mean = group_all<NT, TPR>(s, Sum(), red) * (1.f / COLS);"
+    types = typedefs(T=x.dtype, TO=output_spec(card, 0).dtype, TW=_dtype(card, "weight", x.dtype),
+                     TB=_dtype(card, "bias", x.dtype), TM=_dtype(card, f"out{mean_i}", "float32"),
+                     TR=_dtype(card, f"out{rstd_i}", "float32"))
+    source = f"""{PREAMBLE}
+{types}
+{consts(COLS=cols, VEC=vec, TPR=tpr, NT=block, RPB=block // tpr, NIT=cdiv(cols, tpr * vec))}
+typedef Pack<T, VEC> P;
+typedef Pack<TO, VEC> PO;
+
+extern "C" __global__ __launch_bounds__(NT) void norm_rows({params}) {{
+  __shared__ float red[32];
+  const int lane = threadIdx.x % TPR;
+  const long long row = (long long)blockIdx.x * RPB + threadIdx.x / TPR;
+  const bool ok = row < rows;
+  const T* xr = x + (ok ? row : 0) * (long long)COLS;
+  TO* yr = y + row * (long long)COLS;
+  const int cbeg = 0, cend = COLS;
+  {"P c[NIT];" + row_fill("reg") if cache == "reg" else ""}
+  {mean_stats}
+  float q = 0.f;{row_loop(src, body_sq)}
+  const float rstd = rsqrtf(group_all<NT, TPR>(q, Sum(), red) * (1.f / COLS) + eps);{row_loop(src, body_out)}
+  if (ok && lane == 0) {{{" mean_out[row] = from_f<TM>(mean);" if has_mean else ""}{" rstd_out[row] = from_f<TR>(rstd);" if has_rstd else ""} }}
+}}
+"""
+    rpb = block // tpr
+    desc = f"{_kind(card)} {p['strategy']} " + " ".join(f"{k}={v}" for k, v in sorted(p.items()) if k != "strategy")
+    return make_candidate(source, [launch("norm_rows", f"cdiv(rows, {rpb})", block, args)], desc, p,
+                          align_of(vec, _tensors(card)))
+
+
+def _batch_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
+    x = main_input(card)
+    s, vec, block, unroll = p["strategy"], p["vec"], p["block"], p["unroll"]
+    cl, c, hw = _channels_last(card), x.shape[1], _hw(card)
+    has_w, has_b = input_spec(card, "weight") is not None, input_spec(card, "bias") is not None
+    params, args = _args(card, [
+        ("in:input", "const T* __restrict__ x", ""), ("in:weight", "const TW* __restrict__ w", "weight"),
+        ("in:bias", "const TW* __restrict__ b", "bias"), ("in:running_mean", "const TS* __restrict__ rm", ""),
+        ("in:running_var", "const TS* __restrict__ rv", ""), ("out:0", "TO* __restrict__ y", ""),
+        (_eps(card, 1e-5), "float eps", "")])
+    wdt = _dtype(card, "weight", _dtype(card, "bias", "float32"))
+    # ATen: ((x - mean) * invstd) * weight + bias, in fp32.
+    param = (f"__device__ __forceinline__ float4 chan(const TW* w, const TW* b, const TS* rm, const TS* rv, int c, float eps) {{\n"
+             f"  return make_float4(to_f(rm[c]), rsqrtf(to_f(rv[c]) + eps), {'to_f(w[c])' if has_w else '1.f'}, "
+             f"{'to_f(b[c])' if has_b else '0.f'});\n}}\n"
+             "__device__ __forceinline__ float apply(float v, float4 q) { return (v - q.x) * q.y * q.z + q.w; }")
+    wb = f"{'w' if has_w else '(const TW*)nullptr'}, {'b' if has_b else '(const TW*)nullptr'}"
+    numel = x.numel
+    grid_stride = 8 * SMS
+    if s == "hoist":
+        g0 = c // gcd(c, block * vec)
+        grid = g0 * max(1, min(cdiv(grid_stride, g0), cdiv(cdiv(numel, vec), block * g0)))
+    elif s == "plane":
+        grid = (x.shape[0] * c, cdiv(hw, block * vec * unroll))
+    else:
+        grid = cdiv(cdiv(numel, vec), block * unroll)
+    body = {
+        "flat": f"""
+  const I base = (I)blockIdx.x * NT * UNROLL + threadIdx.x;
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {{
+    const I e = (base + (I)u * NT) * VEC;
+    if (e < NUMEL) {{
+      const P p = ldp<T, VEC>(x + e); PO o;
+      const float4 q0 = CL ? make_float4(0.f, 0.f, 0.f, 0.f) : chan({wb}, rm, rv, (int)((e / HW) % C), eps);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>(apply(to_f(p.v[j]), CL ? chan({wb}, rm, rv, (int)((e + j) % C), eps) : q0));
+      stp<TO, VEC>(y + e, o);
+    }}
+  }}""",
+        "plane": f"""
+  const float4 q = chan({wb}, rm, rv, (int)(blockIdx.x % C), eps);
+  const T* xp = x + (I)blockIdx.x * HW;
+  TO* yp = y + (I)blockIdx.x * HW;
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {{
+    const int e = ((blockIdx.y * UNROLL + u) * NT + threadIdx.x) * VEC;
+    if (e < HW) {{
+      const P p = ldp<T, VEC>(xp + e); PO o;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>(apply(to_f(p.v[j]), q));
+      stp<TO, VEC>(yp + e, o);
+    }}
+  }}""",
+        "hoist": f"""
+  // The stride is a multiple of C, so this thread's VEC channels never change.
+  const I e0 = ((I)blockIdx.x * NT + threadIdx.x) * VEC;
+  const int c0 = (int)(e0 % C);
+  float4 q[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) q[j] = chan({wb}, rm, rv, c0 + j, eps);
+#pragma unroll {unroll}
+  for (I e = e0; e < NUMEL; e += (I)gridDim.x * NT * VEC) {{
+    const P p = ldp<T, VEC>(x + e); PO o;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>(apply(to_f(p.v[j]), q[j]));
+    stp<TO, VEC>(y + e, o);
+  }}"""}[s]
+    source = f"""{PREAMBLE}
+{typedefs(T=x.dtype, TO=output_spec(card, 0).dtype, TW=wdt, TS=_dtype(card, "running_mean", "float32"))}
+typedef {"long long" if numel > 2**31 - 1 else "int"} I;
+{consts(NUMEL=numel, C=c, HW=hw, CL=int(cl), VEC=vec, NT=block, UNROLL=unroll)}
+typedef Pack<T, VEC> P;
+typedef Pack<TO, VEC> PO;
+{param}
+
+extern "C" __global__ __launch_bounds__(NT) void bn_apply({params}) {{{body}
+}}
+"""
+    desc = "batch_norm " + " ".join(f"{k}={v}" for k, v in sorted(p.items())) + (" channels_last" if cl else "")
+    return make_candidate(source, [launch("bn_apply", grid, block, args)], desc, p, align_of(vec, _tensors(card)))
+
+
+_GN_EXTRA = r"""
+struct Sum2 { __device__ __forceinline__ float2 operator()(float2 a, float2 b) const { return make_float2(a.x + b.x, a.y + b.y); } };
+// Combine the K partials of group gi in a fixed order: every block of the group gets bit-identical stats.
+__device__ __forceinline__ float4 group_stats(const float4* part, long long gi, float4* red4) {
+  float4 st = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int i = threadIdx.x; i < K; i += NT) st = Chan()(st, __ldcg(part + gi * K + i));
+  return group_all<NT, NT>(st, Chan(), red4);
+}
+"""
+
+
+def _gn_stat_dtype(card: OperatorCard, index: int) -> str:
+    """ATen keeps group-norm mean/rstd in the input dtype (fp32 when weight is fp32 and input is half: mixed)."""
+    s = output_spec(card, index)
+    if s is not None:
+        return s.dtype
+    x, w = main_input(card), input_spec(card, "weight")
+    return "float32" if w is not None and w.dtype == "float32" else x.dtype
+
+
+def _gn_normalise(card: OperatorCard, src: str) -> str:
+    """Finalise stats, write mean/rstd once per group, then normalise this block's chunk (cached or re-read)."""
+    has_w, has_b = input_spec(card, "weight") is not None, input_spec(card, "bias") is not None
+    if has_w or has_b:  # ATen's fused form: y = x * a + b with a = rstd * w[c], b = bias[c] - a * mean
+        a = "r_r * to_f(w[c])" if has_w else "r_r"
+        coef = f"const float a = {a}; const float bb = {'to_f(b[c])' if has_b else '0.f'} - a * m_r;"
+        val = "to_f(p.v[j]) * a + bb"
+    else:
+        coef, val = "", "(to_f(p.v[j]) - m_r) * r_r"
+    out = [f"mean_out[gi] = from_f<TM>(mean);" if output_spec(card, 1) else "",
+           f"rstd_out[gi] = from_f<TR>(rstd);" if output_spec(card, 2) else ""]
+    body = f"""const int c = g * D + (int)(e / HW); {coef} PO o;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});
+      stp<TO, VEC>(yg + e, o);"""
+    if src == "reg":
+        loop = f"""
+#pragma unroll
+  for (int i = 0; i < NIT; ++i) {{
+    const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
+    if (e < end) {{ const P p = cache[i]; {body} }}
+  }}"""
+    else:
+        loop = f"""
+  for (I e = beg + threadIdx.x * VEC; e < end; e += NT * VEC) {{ const P p = ldp<T, VEC>(xg + e); {body} }}"""
+    return f"""
+  const float4 st = group_stats(part, gi, red4);
+  const float mean = st.y, rstd = rsqrtf(fmaxf(st.z / st.x, 0.f) + eps);
+  if (k == 0 && threadIdx.x == 0) {{ {" ".join(out)} }}
+  // ATen stores mean/rstd in their output dtype and normalises with the stored values.
+  const float m_r = round_to<TM>(mean), r_r = round_to<TR>(rstd);
+  const int g = (int)(gi % G);
+  TO* yg = y + gi * GS;{loop}"""
+
+
+def _group_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
+    x = main_input(card)
+    s, vec, block, isz = p["strategy"], p["vec"], p["block"], _isz(card)
+    gs, ng = card.sizes["group_size"], card.sizes["N"] * card.sizes["G"]
+    if s == "split":
+        k, nit = p["k"], 1
+        ch = cdiv(cdiv(gs, k), vec) * vec
+    else:
+        nit = p["bpt"] // (vec * isz)
+        ch = block * nit * vec
+        k = cdiv(gs, ch)
+    common_args = [("in:input", "const T* __restrict__ x", ""), ("in:weight", "const TW* __restrict__ w", "weight"),
+                   ("in:bias", "const TB* __restrict__ b", "bias"), ("scratch:part", "float4* __restrict__ part", "")]
+    tail = [("out:0", "TO* __restrict__ y", ""), ("out:1", "TM* __restrict__ mean_out", "out1"),
+            ("out:2", "TR* __restrict__ rstd_out", "out2"), (_eps(card, 1e-5), "float eps", "")]
+    head = f"""{PREAMBLE}
+{typedefs(T=x.dtype, TO=output_spec(card, 0).dtype, TW=_dtype(card, "weight", x.dtype),
+          TB=_dtype(card, "bias", x.dtype), TM=_gn_stat_dtype(card, 1), TR=_gn_stat_dtype(card, 2))}
+typedef {"long long" if gs > 2**31 - 1 - ch else "int"} I;
+{consts(GS=gs, K=k, CH=ch, NIT=nit, VEC=vec, NT=block, HW=card.sizes["HxW"], D=card.sizes["ch_per_group"],
+        G=card.sizes["G"], TOTAL=ng * k, REV=int(p.get("reverse", False)))}
+typedef Pack<T, VEC> P;
+typedef Pack<TO, VEC> PO;
+{_GN_EXTRA}"""
+    chunk = """
+  const I beg = (I)k * CH, end = min(beg + (I)CH, (I)GS);
+  const T* xg = x + gi * GS;"""
+    if s == "split":
+        params, args = _args(card, common_args + tail)
+        source = head + f"""
+// Pass 1: block b = group * K + k writes (count, mean, M2) of chunk k, from sums shifted by the chunk's first value.
+extern "C" __global__ __launch_bounds__(NT) void gn_stats(const T* __restrict__ x, float4* __restrict__ part) {{
+  __shared__ float2 red2[32];
+  const long long gi = blockIdx.x / K;
+  const int k = blockIdx.x % K;{chunk}
+  const float shift = beg < end ? to_f(xg[beg]) : 0.f;
+  float2 a = make_float2(0.f, 0.f);
+  for (I e = beg + threadIdx.x * VEC; e < end; e += NT * VEC) {{
+    const P p = ldp<T, VEC>(xg + e);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {{ const float d = to_f(p.v[j]) - shift; a.x += d; a.y += d * d; }}
+  }}
+  a = group_all<NT, NT>(a, Sum2(), red2);
+  if (threadIdx.x == 0) {{
+    const float n = (float)max(end - beg, (I)0);
+    part[blockIdx.x] = n > 0.f ? make_float4(n, shift + a.x / n, fmaxf(a.y - a.x * a.x / n, 0.f), 0.f)
+                               : make_float4(0.f, 0.f, 0.f, 0.f);
+  }}
+}}
+
+// Pass 2: every block combines its group's K partials, then normalises its chunk.
+extern "C" __global__ __launch_bounds__(NT) void gn_apply({params}) {{
+  __shared__ float4 red4[32];
+  const long long bi = REV ? (TOTAL - 1 - (long long)blockIdx.x) : (long long)blockIdx.x;
+  const long long gi = bi / K;
+  const int k = (int)(bi % K);{chunk}{_gn_normalise(card, "global")}
+}}
+"""
+        launches = [launch("gn_stats", ng * k, block, ["in:input", "scratch:part"]), launch("gn_apply", ng * k, block, args)]
+        scratch = {"part": (ng * k * 16, False)}
+    else:
+        params, args = _args(card, common_args + [("scratch:sync", "int* __restrict__ sync", "")] + tail)
+        source = head + f"""
+// One launch. See Note [ticket barrier progress] in norm.py: sync[0] hands out chunks in order, sync[1 + group]
+// counts the group's published partials.
+extern "C" __global__ __launch_bounds__(NT) void gn_sync({params}) {{
+  __shared__ float red[32];
+  __shared__ float4 red4[32];
+  __shared__ int ticket;
+  if (threadIdx.x == 0) ticket = atomicAdd(sync, 1);
+  __syncthreads();
+  const int t = ticket;
+  const long long gi = t / K;
+  const int k = t % K;{chunk}
+  P cache[NIT];
+#pragma unroll
+  for (int i = 0; i < NIT; ++i) {{
+    const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
+    if (e < end) cache[i] = ldp<T, VEC>(xg + e);
+  }}
+  const float n = (float)(end - beg);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < NIT; ++i) {{
+    if (beg + ((I)i * NT + threadIdx.x) * VEC < end) {{
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) s += to_f(cache[i].v[j]);
+    }}
+  }}
+  const float mb = group_all<NT, NT>(s, Sum(), red) / n;
+  float q = 0.f;
+#pragma unroll
+  for (int i = 0; i < NIT; ++i) {{
+    if (beg + ((I)i * NT + threadIdx.x) * VEC < end) {{
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {{ const float d = to_f(cache[i].v[j]) - mb; q += d * d; }}
+    }}
+  }}
+  q = group_all<NT, NT>(q, Sum(), red);
+  if (threadIdx.x == 0) {{
+    part[t] = make_float4(n, mb, q, 0.f);
+    __threadfence();
+    atomicAdd(sync + 1 + gi, 1);
+    while (*(volatile int*)(sync + 1 + gi) < K) {{ }}
+    __threadfence();
+  }}
+  __syncthreads();{_gn_normalise(card, "reg")}
+}}
+"""
+        launches = [launch("gn_sync", ng * k, block, args)]
+        scratch = {"part": (ng * k * 16, False), "sync": ((1 + ng) * 4, True)}
+    desc = "group_norm " + " ".join(f"{k_}={v}" for k_, v in sorted(p.items())) + f" K={k}"
+    return make_candidate(source, launches, desc, p, align_of(vec, _tensors(card)), scratch)
+
+
+def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
+    if not valid(card, p):
+        raise ValueError(f"{_kind(card)} params {p} are not valid for {card.op} sizes {card.sizes}")
+    kind = _kind(card)
+    if kind in ("layer_norm", "rms_norm"):
+        return _row_norm(card, p)
+    if kind == "batch_norm":
+        return _batch_norm(card, p)
+    return _group_norm(card, p)

@@ -1,0 +1,315 @@
+"""Softmax / log_softmax over the last dim of a contiguous tensor, as ``rows x cols``.
+
+Strategies (``params["strategy"]``):
+
+* ``group``   TPR <= 32 threads per row, several rows per block (short rows: cols <= ~2K).
+* ``block``   one block per row; the row cached in registers, in shared memory, or re-read from global (L2).
+* ``cluster`` one sm_90 thread-block cluster per row: CS blocks each hold a chunk in registers, exchange (max, sum)
+              through distributed shared memory and write their chunk. The row is read from DRAM once, which is
+              what long rows with few rows need (Gemma logits [64, 262144]: 128 MB moved, floor 31.6 us, where a
+              two-pass split reads 192 MB).
+* ``split``   two launches for rows too long for a cluster: per-chunk (max, sum) partials to scratch, then every
+              chunk combines its row's partials and writes. ``reverse`` walks pass 2 backwards so it first
+              re-reads the chunks pass 1 read last, which are still in L2.
+
+Statistics are fp32 and reduced in a fixed order (bit-identical repeats). See Note [safe exp] in common.py for -inf.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ...cards import OperatorCard
+from ...contract import Candidate
+from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, SMEM_LIMIT, SMS, align_of,
+                     best_vec, cdiv, clamp, consts, filter_actions, knob, launch, main_input, make_candidate,
+                     output_spec, pow2_ceil, row_fill, row_loop, scale_knob, typedefs, vec_ok)
+
+OPS = ("aten._softmax.default", "aten._log_softmax.default")
+STRATEGIES = ("group", "block", "cluster", "split")
+
+
+def matches(card: OperatorCard) -> bool:
+    if card.op not in OPS or not card.inputs:
+        return False
+    x, y = main_input(card), output_spec(card, 0)
+    if y is None or x.dtype not in FLOAT_DTYPES or y.dtype != x.dtype or len(x.shape) < 1:
+        return False
+    dim = int(card.scalars.get("dim", -1))
+    if dim not in (-1, len(x.shape) - 1) or card.scalars.get("half_to_float"):
+        return False
+    return x.is_contiguous() and y.is_contiguous() and x.numel > 0
+
+
+def _dims(card: OperatorCard) -> tuple[int, int, int]:
+    x = main_input(card)
+    return card.sizes["rows"], card.sizes["cols"], ITEMSIZE[x.dtype]
+
+
+def _specs(card: OperatorCard) -> list:
+    return [main_input(card), output_spec(card, 0)]
+
+
+def _chunk(cols: int, parts: int, vec: int) -> int:
+    return cdiv(cdiv(cols, parts), vec) * vec
+
+
+def _reg_fits(nit: int, vec: int, isz: int, block: int) -> bool:
+    per_thread = nit * vec * isz
+    return per_thread <= REG_CACHE_THREAD and per_thread * block <= REG_CACHE_BLOCK
+
+
+def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
+    """A sensible starting point for one strategy (may be invalid for the card; callers filter)."""
+    rows, cols, isz = _dims(card)
+    vec = best_vec(cols, _specs(card))
+    if strategy == "group":
+        tpr = clamp(pow2_ceil(cdiv(cols, vec * 4)), 1, 32)
+        p = {"strategy": "group", "vec": vec, "tpr": tpr, "block": 128, "cache": "reg"}
+        if not _reg_fits(cdiv(cols, tpr * vec), vec, isz, 128):
+            p.update(cache="none", online=True)
+        return p
+    if strategy == "block":
+        block = clamp(pow2_ceil(cdiv(cols, vec * 4)), 64, 1024)
+        p = {"strategy": "block", "vec": vec, "block": block, "cache": "reg"}
+        if not _reg_fits(cdiv(cols, block * vec), vec, isz, block):
+            p["cache"] = "smem" if cols * isz <= 48 * 1024 else "none"
+        if p["cache"] == "none":
+            p["online"] = True
+        return p
+    if strategy == "cluster":
+        cs = next((c for c in (2, 4, 8) if _chunk(cols, c, vec) * isz <= 64 * 1024 and rows * c >= 2 * SMS), 8)
+        chunk = _chunk(cols, cs, vec)
+        block = clamp(pow2_ceil(cdiv(chunk, vec * 8)), 128, 1024)
+        return {"strategy": "cluster", "vec": vec, "block": block, "cs": cs}
+    splits = clamp(cdiv(8 * SMS, rows), 2, max(2, cols // 8192))  # ~8 blocks per SM, chunks of >= 8K elements
+    return {"strategy": "split", "vec": vec, "block": 512, "splits": splits, "reverse": True}
+
+
+def root_params(card: OperatorCard) -> dict[str, Any]:
+    rows, cols, isz = _dims(card)
+    row_bytes = cols * isz
+    order = ("group",) if row_bytes <= 4096 else ("block",) if row_bytes <= 64 * 1024 else ()
+    for s in order + ("cluster", "split", "block"):
+        p = defaults(card, s)
+        if valid(card, p):
+            return p
+    raise AssertionError(f"no valid softmax strategy for rows={rows} cols={cols}")  # "block"+"none" always fits
+
+
+def seeds(card: OperatorCard) -> list[dict[str, Any]]:
+    root = root_params(card)
+    return [root] + [p for s in STRATEGIES if s != root["strategy"] and valid(card, p := defaults(card, s))]
+
+
+def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
+    rows, cols, isz = _dims(card)
+    s, vec, block = p.get("strategy"), p.get("vec", 0), p.get("block", 0)
+    if s not in STRATEGIES or not vec_ok(vec, cols, _specs(card)) or block % 32 or not 32 <= block <= 1024:
+        return False
+    if s == "group":
+        tpr = p.get("tpr", 0)
+        if tpr not in (1, 2, 4, 8, 16, 32) or p.get("cache") not in ("reg", "none"):
+            return False
+        return p["cache"] == "none" or _reg_fits(cdiv(cols, tpr * vec), vec, isz, block)
+    if s == "block":
+        nit = cdiv(cols, block * vec)
+        if block > max(64, pow2_ceil(cdiv(cols, vec))):
+            return False  # most threads would hold nothing
+        return {"reg": _reg_fits(nit, vec, isz, block), "smem": nit * block * vec * isz <= SMEM_LIMIT,
+                "none": True}.get(p.get("cache"), False)
+    if s == "cluster":
+        cs = p.get("cs")
+        if cs not in (2, 4, 8) or rows * cs > 2**31 - 1 or cols < cs * vec:
+            return False
+        chunk = _chunk(cols, cs, vec)
+        return block <= max(128, pow2_ceil(cdiv(chunk, vec))) and _reg_fits(cdiv(chunk, block * vec), vec, isz, block)
+    splits = p.get("splits", 0)
+    return 2 <= splits <= cols // max(vec, 1) and rows * splits <= 2**31 - 1 and isinstance(p.get("reverse"), bool)
+
+
+def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    acts = [(f"strategy {p['strategy']} -> {s}", defaults(card, s)) for s in STRATEGIES if s != p["strategy"]]
+    acts += scale_knob(p, "vec") + scale_knob(p, "block") + scale_knob(p, "tpr") + scale_knob(p, "cs")
+    acts += scale_knob(p, "splits")
+    if "cache" in p:
+        for c in ("reg", "smem", "none"):
+            if c != p["cache"]:
+                q = {k: v for k, v in p.items() if k != "online"}
+                q["cache"] = c
+                if c == "none":
+                    q["online"] = True
+                acts.append((f"cache {p['cache']} -> {c}", q))
+    if "online" in p:
+        acts.append(knob(p, "online", not p["online"]))
+    if "reverse" in p:
+        acts.append(knob(p, "reverse", not p["reverse"]))
+    return filter_actions(card, p, acts, valid)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# code generation
+
+
+_MAX = "\n#pragma unroll\n for (int j = 0; j < VEC; ++j) m = fmaxf(m, to_f(p.v[j]));"
+_SUM = "\n#pragma unroll\n for (int j = 0; j < VEC; ++j) s += sexp(to_f(p.v[j]), m);"
+_ONLINE = """float pm = -CUDART_INF_F;
+#pragma unroll
+ for (int j = 0; j < VEC; ++j) pm = fmaxf(pm, to_f(p.v[j]));
+ const float mn = fmaxf(ms.x, pm); float t = ms.y * sexp(ms.x, mn);
+#pragma unroll
+ for (int j = 0; j < VEC; ++j) t += sexp(to_f(p.v[j]), mn);
+ ms = make_float2(mn, t);"""
+
+
+def _stats(src: str, online: bool) -> str:
+    """Statistics of this group's values: float m (max), s (sum of exp(x - m))."""
+    if online:
+        return f"""
+  float2 ms = make_float2(-CUDART_INF_F, 0.f);{row_loop(src, _ONLINE)}
+  ms = group_all<NT, TPR>(ms, MaxSum(), red2);
+  const float m = ms.x, s = ms.y;"""
+    return f"""
+  float m = -CUDART_INF_F;{row_loop(src, _MAX)}
+  m = group_all<NT, TPR>(m, Max(), red);
+  float s = 0.f;{row_loop(src, _SUM)}
+  s = group_all<NT, TPR>(s, Sum(), red);"""
+
+
+def _write(src: str, log: bool) -> str:
+    val = "to_f(p.v[j]) - m - lse" if log else "__expf(to_f(p.v[j]) - m) * inv"
+    pre = "const float lse = __logf(s);" if log else "const float inv = 1.f / s;"
+    body = f"PO o;\n#pragma unroll\n for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});\n stp<TO, VEC>(yr + col, o);"
+    return f"\n  {pre}{row_loop(src, body)}"
+
+
+def _header(card: OperatorCard, p: dict[str, Any], **sizes: int) -> str:
+    x = main_input(card)
+    return f"""{PREAMBLE}
+{typedefs(T=x.dtype, TO=output_spec(card, 0).dtype)}
+{consts(COLS=card.sizes["cols"], VEC=p["vec"], **sizes)}
+typedef Pack<T, VEC> P;
+typedef Pack<TO, VEC> PO;
+"""
+
+
+def _rows_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
+    block, vec, cache = p["block"], p["vec"], p["cache"]
+    tpr = p["tpr"] if p["strategy"] == "group" else block
+    nit = cdiv(card.sizes["cols"], tpr * vec)
+    decl = {"reg": "P c[NIT];", "none": "",
+            "smem": "extern __shared__ __align__(16) unsigned char dsm[];\n"
+                    "  P* c = reinterpret_cast<P*>(dsm) + (threadIdx.x / TPR) * (NIT * TPR);"}[cache]
+    fill = row_fill(cache) if cache != "none" else ""
+    src = cache if cache != "none" else "global"
+    return _header(card, p, TPR=tpr, NT=block, RPB=block // tpr, NIT=nit) + f"""
+extern "C" __global__ __launch_bounds__(NT) void softmax_rows(const T* __restrict__ x, TO* __restrict__ y, long long rows) {{
+  __shared__ float red[32];
+  __shared__ float2 red2[32];
+  const int lane = threadIdx.x % TPR;
+  const long long row = (long long)blockIdx.x * RPB + threadIdx.x / TPR;
+  const bool ok = row < rows;
+  const T* xr = x + (ok ? row : 0) * (long long)COLS;
+  TO* yr = y + row * (long long)COLS;
+  const int cbeg = 0, cend = COLS;
+  {decl}{fill}{_stats(src, p.get("online", False))}{_write(src, log)}
+}}
+"""
+
+
+def _cluster_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
+    cols, block, vec, cs = card.sizes["cols"], p["block"], p["vec"], p["cs"]
+    chunk = _chunk(cols, cs, vec)
+    return _header(card, p, TPR=block, NT=block, CS=cs, CHUNK=chunk, NIT=cdiv(chunk, block * vec)) + f"""
+// One cluster of CS blocks per row; block `rank` holds columns [rank * CHUNK, (rank + 1) * CHUNK) in registers.
+// The cluster shape sits on a declaration: the contract's kernel pattern wants `void NAME(` on the definition.
+extern "C" __global__ __cluster_dims__(CS, 1, 1) void softmax_cluster(const T* __restrict__ x, TO* __restrict__ y);
+extern "C" __global__ __launch_bounds__(NT) void softmax_cluster(const T* __restrict__ x, TO* __restrict__ y) {{
+  __shared__ float red[32];
+  __shared__ float2 part, stat;
+  const int lane = threadIdx.x;
+  const long long row = blockIdx.x / CS;
+  const int rank = blockIdx.x % CS;
+  const bool ok = true;
+  const T* xr = x + row * (long long)COLS;
+  TO* yr = y + row * (long long)COLS;
+  const int cbeg = rank * CHUNK, cend = min(cbeg + CHUNK, COLS);
+  P c[NIT];{row_fill("reg")}{_stats("reg", False)}
+  if (threadIdx.x == 0) part = make_float2(m, s);
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();
+  if (threadIdx.x < 32) {{
+    float2 v = make_float2(-CUDART_INF_F, 0.f);
+    if (threadIdx.x < CS) v = *reinterpret_cast<const float2*>(__cluster_map_shared_rank((const void*)&part, threadIdx.x));
+    v = group_all<32, 32>(v, MaxSum(), (float2*)nullptr);
+    if (threadIdx.x == 0) stat = v;
+  }}
+  __cluster_barrier_arrive();  // done reading the other blocks' shared memory
+  __syncthreads();
+  {{
+    const float m = stat.x, s = stat.y;{_write("reg", log)}
+  }}
+  __cluster_barrier_wait();  // no block leaves while another may still read its `part`
+}}
+"""
+
+
+def _split_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
+    rows, cols = card.sizes["rows"], card.sizes["cols"]
+    block, vec, splits = p["block"], p["vec"], p["splits"]
+    chunk = _chunk(cols, splits, vec)
+    head = _header(card, p, TPR=block, NT=block, S=splits, CHUNK=chunk, TOTAL=rows * splits, REV=int(p["reverse"]))
+    return head + f"""
+// Pass 1: block b = row * S + k writes the (max, sum) of chunk k of its row.
+extern "C" __global__ __launch_bounds__(NT) void softmax_part(const T* __restrict__ x, float2* __restrict__ part) {{
+  __shared__ float2 red2[32];
+  const int lane = threadIdx.x;
+  const long long row = blockIdx.x / S;
+  const int k = blockIdx.x % S;
+  const bool ok = true;
+  const T* xr = x + row * (long long)COLS;
+  const int cbeg = k * CHUNK, cend = min(cbeg + CHUNK, COLS);{_stats("global", True)}
+  if (threadIdx.x == 0) part[blockIdx.x] = make_float2(m, s);
+}}
+
+// Pass 2: every chunk combines its row's S partials (same order in every block) and writes its outputs.
+extern "C" __global__ __launch_bounds__(NT) void softmax_fin(const T* __restrict__ x, const float2* __restrict__ part, TO* __restrict__ y) {{
+  __shared__ float2 red2[32];
+  const long long b = REV ? (TOTAL - 1 - (long long)blockIdx.x) : (long long)blockIdx.x;
+  const int lane = threadIdx.x;
+  const long long row = b / S;
+  const int k = (int)(b % S);
+  const bool ok = true;
+  const T* xr = x + row * (long long)COLS;
+  TO* yr = y + row * (long long)COLS;
+  const int cbeg = k * CHUNK, cend = min(cbeg + CHUNK, COLS);
+  float2 ms = make_float2(-CUDART_INF_F, 0.f);
+  for (int i = threadIdx.x; i < S; i += NT) ms = MaxSum()(ms, part[row * S + i]);
+  ms = group_all<NT, NT>(ms, MaxSum(), red2);
+  const float m = ms.x, s = ms.y;{_write("global", log)}
+}}
+"""
+
+
+def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
+    if not valid(card, p):
+        raise ValueError(f"softmax params {p} are not valid for {card.op} rows={card.sizes['rows']} "
+                         f"cols={card.sizes['cols']}")
+    log = card.op == "aten._log_softmax.default"
+    rows, cols, isz = _dims(card)
+    s, block, vec = p["strategy"], p["block"], p["vec"]
+    what = "log_softmax" if log else "softmax"
+    if s in ("group", "block"):
+        rpb = block // p["tpr"] if s == "group" else 1
+        smem = cdiv(cols, block * vec) * block * vec * isz if p["cache"] == "smem" else 0
+        launches = [launch("softmax_rows", f"cdiv(rows, {rpb})", block, ["in:self", "out:0", "i64:rows"], smem)]
+        src, scratch = _rows_source(card, p, log), None
+    elif s == "cluster":
+        launches = [launch("softmax_cluster", f"rows * {p['cs']}", block, ["in:self", "out:0"])]
+        src, scratch = _cluster_source(card, p, log), None
+    else:
+        grid = f"rows * {p['splits']}"
+        launches = [launch("softmax_part", grid, block, ["in:self", "scratch:part"]),
+                    launch("softmax_fin", grid, block, ["in:self", "scratch:part", "out:0"])]
+        src, scratch = _split_source(card, p, log), {"part": (f"rows * {p['splits']} * 8", False)}
+    desc = f"{what} {s} " + " ".join(f"{k}={v}" for k, v in sorted(p.items()) if k != "strategy")
+    return make_candidate(src, launches, desc, p, align_of(vec, _specs(card)), scratch)

@@ -1,0 +1,109 @@
+"""Operator cards for template tests (CPU) and GPU tests alike, built the way capture builds them.
+
+Each factory runs the ATen op on ``meta`` tensors to get exactly the outputs (shapes, strides, dtypes) PyTorch
+would produce, then builds an OpSignature with schema argument names and the card from it. No GPU needed.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from forge_backend.cards import OperatorCard, build_card
+from forge_backend.signature import ArgSpec, OpSignature, TensorSpec, _scalar_value
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def meta(shape: Sequence[int], dtype: str = "float32", channels_last: bool = False) -> torch.Tensor:
+    t = torch.empty(tuple(shape), dtype=DTYPES[dtype], device="meta")
+    return t.to(memory_format=torch.channels_last) if channels_last else t
+
+
+def card_for(op: str, args: dict[str, Any], used_outputs: Sequence[int] | None = None) -> OperatorCard:
+    """``args``: schema name -> meta tensor, scalar, or None, in any order; defaults fill the rest."""
+    packet, overload = op.removeprefix("aten.").rsplit(".", 1)
+    fn = getattr(getattr(torch.ops.aten, packet), overload)
+    schema = fn._schema.arguments
+    values = [args[a.name] if a.name in args else a.default_value for a in schema]
+    positional = [v for v, a in zip(values, schema) if not a.kwarg_only]
+    kwargs = {a.name: v for v, a in zip(values, schema) if a.kwarg_only}
+    out = fn(*positional, **kwargs)
+    outs = tuple(out) if isinstance(out, (list, tuple)) else (out,)
+    specs = []
+    for a, v in zip(schema, values):
+        if isinstance(v, torch.Tensor):
+            specs.append(ArgSpec(a.name, TensorSpec.of(v)))
+        else:
+            specs.append(ArgSpec(a.name, value=_scalar_value(v)))
+    used = tuple(used_outputs) if used_outputs is not None else tuple(range(len(outs)))
+    sig = OpSignature(op, tuple(specs), tuple(TensorSpec.of(o) for o in outs), used, "sm_90")
+    return build_card(sig)
+
+
+def softmax(shape, dtype="float32", log=False, dim=-1) -> OperatorCard:
+    op = "aten._log_softmax.default" if log else "aten._softmax.default"
+    return card_for(op, {"self": meta(shape, dtype), "dim": dim, "half_to_float": False})
+
+
+def reduction(op, shape, dims, dtype="float32", keepdim=False, out_dtype=None) -> OperatorCard:
+    args = {"self": meta(shape, dtype), "dim": list(dims), "keepdim": keepdim}
+    if op == "aten.mean.dim" or op == "aten.sum.dim_IntList":
+        args["dtype"] = DTYPES[out_dtype] if out_dtype else None
+    return card_for(op, args)
+
+
+def layer_norm(shape, normalized, dtype="float32", weight=True, bias=True, used=(0, 1, 2), eps=1e-5):
+    x = meta(shape, dtype)
+    w = meta(normalized, dtype) if weight else None
+    b = meta(normalized, dtype) if bias else None
+    return card_for("aten.native_layer_norm.default",
+                    {"input": x, "normalized_shape": list(normalized), "weight": w, "bias": b, "eps": eps}, used)
+
+
+def rms_norm(shape, normalized, dtype="float32", weight=True, used=(0, 1), eps=1e-6):
+    w = meta(normalized, dtype) if weight else None
+    return card_for("aten._fused_rms_norm.default",
+                    {"input": meta(shape, dtype), "normalized_shape": list(normalized), "weight": w, "eps": eps}, used)
+
+
+def group_norm(n, c, h, w, groups=32, dtype="float32", affine=True, used=(0, 1, 2), eps=1e-6):
+    wt = meta([c], dtype) if affine else None
+    return card_for("aten.native_group_norm.default",
+                    {"input": meta([n, c, h, w], dtype), "weight": wt, "bias": wt, "N": n, "C": c, "HxW": h * w,
+                     "group": groups, "eps": eps}, used)
+
+
+def batch_norm(shape, dtype="float32", channels_last=False, stats_dtype="float32", affine=True):
+    c = shape[1]
+    wt = meta([c], stats_dtype) if affine else None
+    return card_for("aten._native_batch_norm_legit_no_training.default",
+                    {"input": meta(shape, dtype, channels_last), "weight": wt, "bias": wt,
+                     "running_mean": meta([c], stats_dtype), "running_var": meta([c], stats_dtype),
+                     "momentum": 0.1, "eps": 1e-5}, (0,))
+
+
+def adaptive_pool(shape, dtype="float32", channels_last=False) -> OperatorCard:
+    return card_for("aten._adaptive_avg_pool2d.default",
+                    {"self": meta(shape, dtype, channels_last), "output_size": [1, 1]})
+
+
+def spatial_mean(shape, dtype="float32", channels_last=False, dims=(-1, -2), keepdim=True) -> OperatorCard:
+    return card_for("aten.mean.dim", {"self": meta(shape, dtype, channels_last), "dim": list(dims),
+                                      "keepdim": keepdim, "dtype": None})
+
+
+def unary(op, shape, dtype="float32", channels_last=False, **scalars) -> OperatorCard:
+    return card_for(op, {"self": meta(shape, dtype, channels_last), **scalars})
+
+
+def binary(op, shape, dtype="float32", other_dtype=None, other=None, alpha=None) -> OperatorCard:
+    args: dict[str, Any] = {"self": meta(shape, dtype)}
+    args["other"] = other if other is not None else meta(shape, other_dtype or dtype)
+    if alpha is not None:
+        args["alpha"] = alpha
+    return card_for(op, args)
+
+
+def to_copy(shape, dtype, out_dtype, channels_last=False) -> OperatorCard:
+    return card_for("aten._to_copy.default", {"self": meta(shape, dtype, channels_last), "dtype": DTYPES[out_dtype]})

@@ -1,0 +1,105 @@
+import logging
+import os
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cpu_provider import CpuProvider
+from forge_backend.backend import make_backend
+
+FRESH = """
+import torch, sys
+m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.Softmax(-1))
+f = torch.compile(m, backend='kforge')
+x = torch.randn(4, 8)
+torch.testing.assert_close(f(x), m(x))
+with torch.no_grad():
+    torch.testing.assert_close(f(x), m(x))
+print('forge_backend' in sys.modules, 'kforge' in torch._dynamo.list_backends())
+"""
+
+
+def test_entry_point_is_declared():
+    names = {ep.name: ep.value for ep in entry_points(group="torch_dynamo_backends")}
+    assert names.get("kforge") == "forge_backend.backend:kforge_backend"
+
+
+def test_fresh_interpreter_needs_no_import():
+    env = {**os.environ, "KFORGE_CACHE_DIR": os.environ["KFORGE_CACHE_DIR"]}
+    out = subprocess.run([sys.executable, "-c", FRESH], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    loaded_by_torch, listed = out.stdout.split()
+    assert listed == "True"  # torch found the backend through the entry point
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(32, 32)
+        self.ln = torch.nn.LayerNorm(32)
+        self.gn = torch.nn.GroupNorm(4, 8)
+
+    def forward(self, x, img):
+        return F.softmax(self.ln(self.lin(x)), -1), self.gn(img).mean((2, 3), keepdim=True)
+
+
+def run_compiled(backend, options=None):
+    m = Block().eval()
+    x, img = torch.randn(4, 32), torch.randn(2, 8, 5, 5)
+    with torch.no_grad():
+        expected = m(x, img)
+        got = torch.compile(m, backend=backend, options=options or {})(x, img)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e)
+
+
+@pytest.mark.parametrize("inner", ["eager", "inductor"])
+def test_replaced_graph_matches_eager(inner):
+    provider, reports = CpuProvider(), []
+    run_compiled(make_backend(provider, reports.append), {"inner": inner})
+    assert set(provider.calls) == {"aten._softmax.default", "aten.native_layer_norm.default",
+                                   "aten.native_group_norm.default", "aten.mean.dim"}
+    assert len(reports[-1].replaced) == 4 and reports[-1].fallback is None
+
+
+def test_exception_inside_kforge_falls_back_and_logs_the_operator(caplog):
+    provider = CpuProvider(fail_on="aten.native_group_norm.default")
+    reports = []
+    with caplog.at_level(logging.WARNING, logger="kforge"):
+        run_compiled(make_backend(provider, reports.append))
+    assert "planted failure for aten.native_group_norm.default" in caplog.text
+    assert reports[-1].fallback and not reports[-1].replaced
+    assert not provider.calls  # nothing of kforge ran; the graph is PyTorch's own
+
+
+def test_strict_raises_instead():
+    provider = CpuProvider(fail_on="aten.native_group_norm.default")
+    with pytest.raises(Exception, match="planted failure"):
+        run_compiled(make_backend(provider), {"strict": True})
+
+
+def test_strict_from_environment(monkeypatch):
+    monkeypatch.setenv("KFORGE_STRICT", "1")
+    with pytest.raises(Exception, match="planted failure"):
+        run_compiled(make_backend(CpuProvider(fail_on="aten._softmax.default")))
+
+
+def test_graph_needing_backward_passes_through(caplog):
+    provider, reports = CpuProvider(), []
+    m = Block()
+    x, img = torch.randn(4, 32), torch.randn(2, 8, 5, 5)
+    with caplog.at_level(logging.INFO, logger="kforge"):
+        out = torch.compile(m, backend=make_backend(provider, reports.append))(x, img)
+    out[0].sum().backward()
+    assert m.lin.weight.grad is not None
+    assert reports[-1].fallback == "backward" and not provider.calls
+    assert "needs a backward pass" in caplog.text
+
+
+def test_default_backend_on_cpu_leaves_ops_to_pytorch():
+    """On a machine without a GPU the real provider serves nothing, and the model still runs."""
+    run_compiled("kforge")

@@ -1,0 +1,94 @@
+import pytest
+
+from forge_backend.contract import Candidate, evaluate, parse_expr, resolve_plan, screen
+from forge_backend.errors import ContractViolation, PlanError
+
+GOOD = """
+#include <cuda_bf16.h>
+// a comment mentioning printf( and malloc( is fine
+extern "C" __global__ void scale(const float* __restrict__ x, float* __restrict__ y, int n, float a) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i];
+}
+"""
+PLAN = {"launches": [{"kernel": "scale", "grid": ["cdiv(n, 256)"], "block": [256], "args":
+                      ["in:self", "out:0", "i32:n", "f32:alpha"]}]}
+
+
+def cand(source=GOOD, plan=PLAN):
+    return Candidate.from_parts(source, plan)
+
+
+def test_good_candidate_passes_screen_and_resolves():
+    c = cand()
+    screen(c)
+    launches, scratch = resolve_plan(c, {"n": 1000}, {"alpha": 2.0})
+    (l,) = launches
+    assert l.grid == (4, 1, 1) and l.block == (256, 1, 1)
+    assert l.args == (("in", "self"), ("out", 0), ("i32", 1000), ("f32", 2.0))
+
+
+@pytest.mark.parametrize("snippet,needle", [
+    ("#include <stdio.h>\n", "#include <stdio.h> is not allowed"),
+    ('#include "/etc/passwd"\n', "is not allowed"),
+    ("__host__ void h() {}\n", "host code"),
+    ("int main() { return 0; }\n", "main()"),
+    ("__device__ void f() { cudaMalloc(0, 0); }\n", "CUDA runtime API"),
+    ("__device__ long long t() { return clock64(); }\n", "clocks"),
+    ('__device__ unsigned t() { unsigned r; asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(r)); return r; }\n',
+     "clocks"),
+    ('__device__ void p() { printf("x"); }\n', "I/O"),
+    ("__device__ float cached_result;\n", "persist across launches"),
+    ("__device__ void m() { float* p = (float*)malloc(4); }\n", "heap"),
+    ("#pragma comment(lib, \"x\")\n", "not allowed"),
+])
+def test_screen_rejects_escapes(snippet, needle):
+    with pytest.raises(ContractViolation) as e:
+        screen(cand(snippet + GOOD))
+    assert needle in str(e.value)
+
+
+def test_screen_checks_kernel_names_and_args():
+    with pytest.raises(ContractViolation, match="defines only"):
+        screen(cand(plan={"launches": [{"kernel": "nope", "grid": [1], "block": [1], "args": []}]}))
+    with pytest.raises(ContractViolation, match="must start with"):
+        screen(cand(plan={"launches": [{"kernel": "scale", "grid": [1], "block": [1], "args": ["ptr:x"]}]}))
+    with pytest.raises(ContractViolation, match="undeclared scratch"):
+        screen(cand(plan={"launches": [{"kernel": "scale", "grid": [1], "block": [1], "args": ["scratch:t"]}]}))
+    with pytest.raises(ContractViolation, match="non-empty 'launches'"):
+        cand(plan={})
+
+
+@pytest.mark.parametrize("expr,value", [("rows * cols", 12), ("cdiv(rows, 2)", 2), ("max(rows, 5) - 1", 4),
+                                        ("(cols + 1) // 2 % 3", 2), ("-rows + 10", 7), (7, 7), ("min(rows, cols)", 3)])
+def test_evaluator_does_arithmetic_over_named_sizes(expr, value):
+    assert evaluate(expr, {"rows": 3, "cols": 4}) == value
+
+
+@pytest.mark.parametrize("expr", ["__import__('os').system('x')", "rows.bit_length()", "rows ** 2", "rows / 2",
+                                  "[rows]", "lambda: 1", "rows if cols else 1", "open('f')", "1.5", "'a'",
+                                  "rows < cols", "rows and cols", "min(rows)", "cdiv(rows, cols, 1)", "x[0]",
+                                  "_secret", True, None, "a" * 300])
+def test_evaluator_rejects_everything_else(expr):
+    with pytest.raises(ContractViolation):
+        parse_expr(expr)
+
+
+def test_plan_errors():
+    with pytest.raises(PlanError, match="unknown size 'n'"):
+        evaluate("n + 1", {"rows": 1})
+    with pytest.raises(PlanError, match="division by zero"):
+        evaluate("rows // 0", {"rows": 1})
+    c = cand(plan={"launches": [{"kernel": "scale", "grid": [1], "block": [2048], "args": []}]})
+    with pytest.raises(PlanError, match="outside CUDA's limits"):
+        resolve_plan(c, {}, {})
+    c = cand(plan={"launches": [{"kernel": "scale", "grid": [1], "block": [1], "args": ["i32:n * n"]}]})
+    with pytest.raises(PlanError, match="overflows int32"):
+        resolve_plan(c, {"n": 100000}, {})
+
+
+def test_candidate_json_round_trip_and_identity():
+    c = Candidate.from_parts(GOOD, {**PLAN, "scratch": {"tmp": {"bytes": "n * 4", "zero": True}}}, "desc", {"v": 4})
+    again = Candidate.from_json(c.to_json())
+    assert again == c and again.identity() == c.identity()
+    assert cand().identity() != c.identity()

@@ -1,0 +1,83 @@
+"""GPU: launcher, verifier against planted bad kernels, and crash isolation in the worker process."""
+import time
+
+import pytest
+import torch
+
+from forge_backend.errors import CandidateFailure
+from forge_backend.runtime.launch import Launcher
+from forge_backend.runtime.nvrtc import compile_candidate
+from forge_backend.runtime.worker import WorkerClient
+from forge_backend.verify import verify
+from planted import PLANTED, candidate, unary_card
+
+pytestmark = pytest.mark.gpu
+DEV = torch.device("cuda", 0) if torch.cuda.is_available() else None
+
+
+def launcher(name, card, plan=None):
+    c = candidate(name, plan)
+    return Launcher(card, c, compile_candidate(c, "sm_90").cubin, DEV)
+
+
+def test_good_kernel_runs_on_the_current_stream_and_passes():
+    card = unary_card("aten.relu.default", 1000)
+    run = launcher("relu_good", card)
+    x = torch.randn(1000, device=DEV)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        (y,) = run([x])
+    s.synchronize()
+    torch.testing.assert_close(y, torch.relu(x))
+    rep = verify(card, run.launch_into, run.allocate_outputs, DEV)
+    assert rep.ok and rep.trials_passed == 5, rep
+
+
+@pytest.mark.parametrize("name,card_fn,plan,check", PLANTED, ids=[p[0] for p in PLANTED])
+def test_verifier_rejects_planted_kernel(name, card_fn, plan, check):
+    card = card_fn()
+    run = launcher(name, card, plan)
+    rep = verify(card, run.launch_into, run.allocate_outputs, DEV)
+    assert not rep.ok and rep.failed_check == check, rep
+
+
+def test_misaligned_input_falls_back_to_the_original_op():
+    from forge_backend.reference import call_aten
+
+    card = unary_card("aten.relu.default", 999)
+    c = candidate("relu_good")
+    c = type(c)(c.source, c.launches, c.scratch, c.description, c.params, requires_align=16)
+    sig = card.signature_obj()
+    run = Launcher(card, c, compile_candidate(c, "sm_90").cubin, DEV, fallback=lambda i: call_aten(sig, i))
+    x = torch.randn(1000, device=DEV)[1:]  # 4-byte aligned only
+    (y,) = run([x])
+    torch.testing.assert_close(y, torch.relu(x))
+
+
+def _evaluate(client, name):
+    card = unary_card("aten.relu.default", 1000)
+    c = candidate(name)
+    return client.call({"cmd": "evaluate", "card": card.to_json(), "candidate": c.to_json(),
+                        "cubin": compile_candidate(c, "sm_90").cubin})
+
+
+def test_fault_and_hang_kill_only_the_worker(tmp_path):
+    client = WorkerClient(tmp_path, 0, timeout_s=60)
+    try:
+        assert _evaluate(client, "relu_good")["ok"]
+        with pytest.raises(CandidateFailure) as fault:
+            _evaluate(client, "bad_fault")
+        assert fault.value.stage in ("crash", "launch", "verify")
+        assert _evaluate(client, "relu_good")["ok"]  # a fresh worker carries on
+        client.timeout_s = 15
+        t0 = time.monotonic()
+        with pytest.raises(CandidateFailure) as hang:
+            _evaluate(client, "bad_hang")
+        assert hang.value.stage == "timeout" and time.monotonic() - t0 < 60
+        client.timeout_s = 60
+        assert _evaluate(client, "relu_good")["ok"]
+        assert client.restarts >= 2
+    finally:
+        client.close()
+    x = torch.randn(10, device=DEV)
+    assert torch.relu(x).sum().isfinite()  # and this process's own CUDA context is fine

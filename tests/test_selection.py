@@ -1,0 +1,32 @@
+import pytest
+
+from forge_backend.selection import DENIED, FAMILIES, OPT_IN_FAMILIES, family_of, is_candidate
+
+
+@pytest.mark.parametrize("op", ["aten._softmax.default", "aten.native_group_norm.default", "aten.mean.dim",
+                                "aten._adaptive_avg_pool2d.default", "aten.gelu.default",
+                                "aten.native_layer_norm.default", "aten.sum.dim_IntList"])
+def test_compute_ops_are_candidates(op):
+    assert is_candidate(op)
+
+
+@pytest.mark.parametrize("op", ["aten.view.default", "aten.permute.default", "aten.expand.default",
+                                "aten.native_dropout.default", "aten.rand.default", "aten.sym_size.int",
+                                "aten.embedding.default"])
+def test_views_metadata_rng_and_unknown_ops_are_not(op):
+    assert not is_candidate(op)
+
+
+def test_matmul_and_conv_need_opt_in():
+    for op in ("aten.mm.default", "aten.addmm.default", "aten.convolution.default"):
+        assert not is_candidate(op)
+    assert is_candidate("aten.mm.default", ("matmul",))
+    assert is_candidate("aten.convolution.default", ("conv",))
+    assert OPT_IN_FAMILIES == {"matmul", "conv"}
+
+
+def test_families_are_disjoint_and_denied_ops_in_no_family():
+    ops = [op for f in FAMILIES for op in f.ops]
+    assert len(ops) == len(set(ops))
+    assert not DENIED & set(ops)
+    assert family_of("aten._log_softmax.default").name == "softmax"
