@@ -64,6 +64,7 @@ class WorkerClient:
                 self._kill()
             self._start()
         timeout = timeout_s or self.timeout_s
+        counters["kforge"]["worker_calls"] += 1
         try:
             self._conn.send(request)
             if not self._conn.poll(timeout):

@@ -14,8 +14,8 @@ from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
-from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, SMS, align_of, cdiv, consts, filter_actions, knob, launch,
-                     main_input, make_candidate, output_spec, same_layout, scale_knob, typedefs, vec_ok, input_spec)
+from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, SMS, align_of, cdiv, consts, filter_actions, input_spec, launch,
+                     main_input, make_candidate, output_spec, same_layout, scale_knob, typedefs, vec_ok)
 
 _UNARY = {
     "aten.relu.default": "v < 0.f ? 0.f : v",  # keeps NaN, like PyTorch
@@ -132,8 +132,13 @@ def _source(card: OperatorCard, p: dict[str, Any]) -> str:
         if not tensor_u:
             scal += f"constexpr float U = {_literal(card.scalars['other'])};\n"
     u_pack = "const PU q = ldp<TU, VEC>(u + i * VEC);" if tensor_u else ""
-    u_of_j = "to_f(q.v[j])" if tensor_u else "U"
-    u_tail = "to_f(u[e])" if tensor_u else "U"
+    u_of_j = "to_f(q.v[j])" if tensor_u else "U" if binary else "0.f"
+    u_tail = "to_f(u[e])" if tensor_u else "U" if binary else "0.f"
+    tail = "" if numel % vec == 0 else f"""
+  if (blockIdx.x == 0 && threadIdx.x < N - NV * VEC) {{
+    const I e = NV * VEC + threadIdx.x;
+    y[e] = from_f<TO>(op(to_f(x[e]), {u_tail}));
+  }}"""
     ops = f"__device__ __forceinline__ float op(float v, float u) {{ return {_expr(card)}; }}"
     pack = f"""const P p = ldp<T, VEC>(x + i * VEC); {u_pack} PO o;
 #pragma unroll
@@ -161,11 +166,7 @@ typedef Pack<TO, VEC> PO;
 {"typedef Pack<TU, VEC> PU;" if tensor_u else ""}
 {ops}
 
-extern "C" __global__ __launch_bounds__(NT) void ew({"const T* __restrict__ x, " + u_param}TO* __restrict__ y) {{{loop}
-  if (blockIdx.x == 0 && threadIdx.x < N - NV * VEC) {{
-    const I e = NV * VEC + threadIdx.x;
-    y[e] = from_f<TO>(op(to_f(x[e]), {u_tail}));
-  }}
+extern "C" __global__ __launch_bounds__(NT) void ew({"const T* __restrict__ x, " + u_param}TO* __restrict__ y) {{{loop}{tail}
 }}
 """
 

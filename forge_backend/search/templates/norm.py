@@ -115,9 +115,9 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
     gs = card.sizes["group_size"]
     vec = best_vec(gcd(card.sizes["HxW"], gs), _tensors(card))
     block = clamp(pow2_ceil(cdiv(gs, vec * 4)), 64, 512)  # small groups: fewer idle threads
-    if strategy == "sync":
-        for bpt in (64, 128, 256):
-            p = {"strategy": "sync", "vec": vec, "block": block, "bpt": max(bpt, vec * isz)}
+    if strategy == "sync":  # the fewest registers per thread that keep K <= 64 chunks per group
+        for bpt in (16, 32, 64, 128, 256):
+            p = {"strategy": "sync", "vec": vec, "block": block, "bpt": bpt}
             if valid(card, p) and _sync_k(card, p) <= 64:
                 return p
         return p

@@ -113,7 +113,7 @@ def valid_rows(r: Rows, p: dict[str, Any]) -> bool:
         return False
     if s == "tile":
         return (r.cols <= 256 and vec_ok(vec, vec, [r.x]) and block * r.cols * ITEMSIZE[r.x.dtype] <= STATIC_SMEM_LIMIT
-                and block <= 256)
+                and block <= 256 and cdiv(block * r.cols // vec, block) <= 64)
     if not vec_ok(vec, r.cols, [r.x]):
         return False
     if s == "group":
@@ -184,26 +184,41 @@ extern "C" __global__ __launch_bounds__(NT) void reduce_rows(const T* __restrict
 
 
 def _tile_source(r: Rows, p: dict[str, Any]) -> str:
-    # Rotating each thread's start column spreads an even row length over the shared-memory banks.
-    return _header(r, p, SKEW=int(r.cols % 2 == 0)) + f"""
+    block, vec = p["block"], p["vec"]
+    tile = block * r.cols
+    if r.cols % 2 == 0:  # rotate each thread's start column so an even row length spreads over the smem banks
+        row_loop = f"""int j = threadIdx.x % COLS;
+#pragma unroll 8
+    for (int k = 0; k < COLS; ++k) {{ a = {_OP[r.kind]}()(a, to_f(t[j])); j = (j + 1 == COLS) ? 0 : j + 1; }}"""
+    else:
+        row_loop = f"""
+#pragma unroll 8
+    for (int k = 0; k < COLS; ++k) a = {_OP[r.kind]}()(a, to_f(t[k]));"""
+    return _header(r, p, TILE=tile, ITER=cdiv(tile // vec, block)) + f"""
 // Block b reduces rows [b * NT, b * NT + NT): one contiguous span, loaded as vectors, then one row per thread.
 extern "C" __global__ __launch_bounds__(NT) void reduce_tile(const T* __restrict__ x, TO* __restrict__ y, long long rows) {{
-  __shared__ __align__(16) T tile[NT * COLS];
+  __shared__ __align__(16) T tile[TILE];
   const long long r0 = (long long)blockIdx.x * NT;
   const int nrows = (int)min((long long)NT, rows - r0);
-  const int n = nrows * COLS;
   const T* src = x + r0 * COLS;
-  for (int i = threadIdx.x * VEC; i < n; i += NT * VEC) {{
-    if (i + VEC <= n) stp<T, VEC>(tile + i, ldp<T, VEC>(src + i));
-    else for (int k = i; k < n; ++k) tile[k] = src[k];
+  if (nrows == NT) {{  // full tile: every load issued before the first store (TILE is a multiple of VEC)
+    P buf[ITER];
+#pragma unroll
+    for (int k = 0; k < ITER; ++k) {{ const int i = (k * NT + threadIdx.x) * VEC; if (i < TILE) buf[k] = ldp<T, VEC>(src + i); }}
+#pragma unroll
+    for (int k = 0; k < ITER; ++k) {{ const int i = (k * NT + threadIdx.x) * VEC; if (i < TILE) stp<T, VEC>(tile + i, buf[k]); }}
+  }} else {{
+    const int n = nrows * COLS;
+    for (int i = threadIdx.x * VEC; i < n; i += NT * VEC) {{
+      if (i + VEC <= n) stp<T, VEC>(tile + i, ldp<T, VEC>(src + i));
+      else for (int k = i; k < n; ++k) tile[k] = src[k];
+    }}
   }}
   __syncthreads();
   if (threadIdx.x < nrows) {{
     const T* t = tile + threadIdx.x * COLS;
     float a = {_INIT[r.kind]};
-    int j = SKEW ? threadIdx.x % COLS : 0;
-#pragma unroll 7
-    for (int k = 0; k < COLS; ++k) {{ a = {_OP[r.kind]}()(a, to_f(t[j])); j = (j + 1 == COLS) ? 0 : j + 1; }}
+    {row_loop}
     y[r0 + threadIdx.x] = from_f<TO>(finish(a));
   }}
 }}

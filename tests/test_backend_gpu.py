@@ -1,0 +1,42 @@
+"""GPU end to end: ResNet-50 fp16 through backend="kforge" matches eager; the adaptive pool's signature is cached
+with a verified kernel; a second process hits the cache with 0 NVRTC compiles and 0 timings."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+pytest.importorskip("torchvision")
+
+
+def run(cache: Path) -> dict:
+    env = {**os.environ, "KFORGE_CACHE_DIR": str(cache), "KFORGE_SEARCH_ITERATIONS": "4",
+           "KFORGE_SEARCH_SECONDS": "400"}
+    out = subprocess.run([sys.executable, str(Path(__file__).parent / "resnet_run.py")], env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_resnet50_cold_then_warm_cache(tmp_path):
+    from typer.testing import CliRunner
+
+    from forge_backend.cli import app
+
+    cold = run(tmp_path)
+    assert cold["rel_err"] < 2e-2, cold
+    assert cold["counters"].get("nvrtc_compiles", 0) > 0 and cold["counters"].get("worker_calls", 0) > 0
+    listing = CliRunner().invoke(app, ["cache", "ls", "--cache-dir", str(tmp_path)], terminal_width=250)
+    assert listing.exit_code == 0, listing.output
+    # F.adaptive_avg_pool2d(x, 1) reaches ATen as mean over H, W: its row must carry a verified kernel
+    pool_rows = [line for line in listing.output.splitlines() if "mean.dim" in line]
+    assert any("kernel" in line for line in pool_rows), listing.output
+    warm = run(tmp_path)
+    assert warm["rel_err"] < 2e-2
+    assert warm["counters"].get("nvrtc_compiles", 0) == 0, warm["counters"]
+    assert warm["counters"].get("worker_calls", 0) == 0, warm["counters"]
+    assert sorted(warm["replaced"]) == sorted(cold["replaced"])
+    print("replaced:", cold["replaced"])

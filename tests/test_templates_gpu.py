@@ -1,0 +1,76 @@
+"""GPU: the template library's first kernels pass the verifier at every anchor shape, and a sample of each
+family's space passes at odd sizes (tails that are not multiples of any tile)."""
+import random
+
+import pytest
+import torch
+
+import template_cards as tc
+from forge_backend.runtime.launch import Launcher
+from forge_backend.runtime.nvrtc import compile_candidate
+from forge_backend.search.templates import family_for
+from forge_backend.verify import verify
+
+pytestmark = pytest.mark.gpu
+DEV = torch.device("cuda", 0) if torch.cuda.is_available() else None
+
+
+def check(card, params=None):
+    fam = family_for(card)
+    assert fam is not None, card.op
+    params = params if params is not None else fam.root_params(card)
+    cand = fam.generate(card, params)
+    run = Launcher(card, cand, compile_candidate(cand, card.arch).cubin, DEV)
+    rep = verify(card, run.launch_into, run.allocate_outputs, DEV)
+    assert rep.ok, (card.op, params, rep.failed_check, rep.message)
+
+
+ANCHOR_CARDS = (
+    [tc.spatial_mean((b, 2048, 7, 7), dt) for b in (1, 32, 256) for dt in ("float32", "float16")]
+    + [tc.group_norm(*s, dtype=dt, used=(0,)) for s in ((1, 512, 128, 128), (1, 512, 256, 256), (1, 256, 512, 512),
+                                                         (1, 128, 1024, 1024), (2, 1536, 64, 64))
+       for dt in ("float32", "bfloat16")]
+    + [tc.softmax(s, dt) for s in ((1, 8, 2048, 2048), (64, 262144), (4096, 256), (1, 16, 4096, 4096),
+                                   (64, 248320), (8192, 1024)) for dt in ("float32", "bfloat16", "float16")]
+    + [tc.layer_norm(s, (s[-1],), "bfloat16", used=(0,)) for s in ((4096, 2048), (16384, 4096))]
+    + [tc.rms_norm(s, (s[-1],), "bfloat16", used=(0,)) for s in ((4096, 2048), (16384, 4096))]
+    + [tc.adaptive_pool((32, 2048, 7, 7), "float16")]
+)
+
+
+@pytest.mark.parametrize("card", ANCHOR_CARDS, ids=lambda c: f"{c.op.removeprefix('aten.')}-"
+                         f"{'x'.join(map(str, c.inputs[0].spec.shape))}-{c.inputs[0].spec.dtype}")
+def test_first_kernel_passes_at_anchor_shape(card):
+    check(card)
+
+
+ODD_CARDS = [
+    tc.softmax((3, 4097), "float32"), tc.softmax((37, 1000), "bfloat16"), tc.softmax((5, 70001), "float16"),
+    tc.softmax((2, 3, 33), "float32", log=True),
+    tc.group_norm(1, 96, 13, 17, groups=32, dtype="bfloat16"), tc.group_norm(3, 64, 7, 9, groups=8),
+    tc.layer_norm((7, 1001), (1001,), "float32"), tc.layer_norm((33, 4096), (4096,), "bfloat16", used=(0,)),
+    tc.rms_norm((9, 777), (777,), "bfloat16", used=(0,)),
+    tc.spatial_mean((3, 33, 7, 7), "float16"), tc.spatial_mean((2, 40, 5, 3), "float32", channels_last=True),
+    tc.adaptive_pool((5, 24, 9, 9), "bfloat16", channels_last=True),
+    tc.unary("aten.gelu.default", (1001, 7), "bfloat16"), tc.unary("aten.silu.default", (3, 5, 77), "float32"),
+    tc.binary("aten.mul.Tensor", (999, 13), "bfloat16"),
+]
+
+
+@pytest.mark.parametrize("card", ODD_CARDS, ids=lambda c: f"{c.op.removeprefix('aten.')}-"
+                         f"{'x'.join(map(str, c.inputs[0].spec.shape))}-{c.inputs[0].spec.dtype}")
+def test_sample_of_family_space_at_odd_sizes(card):
+    fam = family_for(card)
+    if fam is None:
+        pytest.skip(f"no template family covers {card.op} at this signature")
+    rng = random.Random(card.key)
+    params = [fam.root_params(card)]
+    for seed in fam.seeds(card):
+        params.append(seed)
+        actions = fam.actions(card, seed)
+        params += [p for _, p in rng.sample(actions, min(2, len(actions)))]
+    seen = []
+    for p in params:
+        if p not in seen:
+            seen.append(p)
+            check(card, p)
