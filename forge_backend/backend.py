@@ -146,7 +146,9 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
         aten_gm = _rewrite_or_keep(aten_gm, cfg, provider, report, on_report)
         left = {n.target for n in aten_gm.graph.nodes if n.op == "call_function" and n.target in keep}
         if left:
-            aten_gm = make_fx(aten_gm, decomposition_table={op: table[op] for op in left})(*inputs)
+            # the whole table: a leftover's decomposition may emit ops that decompose further
+            # (_native_batch_norm_legit_no_training -> _native_batch_norm_legit, which Inductor cannot lower)
+            aten_gm = make_fx(aten_gm, decomposition_table=table)(*inputs)
         return compile_fx_inner(aten_gm, inputs, **kwargs)
 
     with torch._functorch.config.patch(enable_autograd_cache=False):

@@ -275,12 +275,6 @@ def scale_knob(p: dict[str, Any], name: str, factors: tuple[float, ...] = (0.5, 
     return [knob(p, name, int(p[name] * f)) for f in factors if int(p[name] * f) >= 1]
 
 
-def choice_knob(p: dict[str, Any], name: str, choices: Iterable[Any]) -> list[tuple[str, dict]]:
-    if name not in p:
-        return []
-    return [knob(p, name, c) for c in choices if c != p[name]]
-
-
 def filter_actions(card: OperatorCard, p: dict[str, Any], acts: list[tuple[str, dict[str, Any]]],
                    valid: Callable[[OperatorCard, dict[str, Any]], bool]) -> list[tuple[str, dict[str, Any]]]:
     """Drop invalid and duplicate results, and any that equal ``p``."""

@@ -419,6 +419,7 @@ def _gn_normalise(card: OperatorCard, src: str) -> str:
   }}"""
     else:
         loop = f"""
+#pragma unroll 4
   for (I e = beg + threadIdx.x * VEC; e < end; e += NT * VEC) {{ const P p = ldp<T, VEC>(xg + e); {body} }}"""
     return f"""
   const float4 st = group_stats(part, gi, red4);
@@ -467,6 +468,7 @@ extern "C" __global__ __launch_bounds__(NT) void gn_stats(const T* __restrict__ 
   const int k = blockIdx.x % K;{chunk}
   const float shift = beg < end ? to_f(xg[beg]) : 0.f;
   float2 a = make_float2(0.f, 0.f);
+#pragma unroll 4
   for (I e = beg + threadIdx.x * VEC; e < end; e += NT * VEC) {{
     const P p = ldp<T, VEC>(xg + e);
 #pragma unroll

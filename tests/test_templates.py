@@ -1,0 +1,243 @@
+"""Template families and TemplateProposer, on the CPU: every template compiles for sm_90 with NVRTC.
+
+For each representative card (the anchor shapes plus odd sizes), the root params and params one action away from the
+root (sampled) must screen, resolve to a launch plan within CUDA's limits that names only the card's tensors, and
+compile. Cubins are cached by source hash for the session. Correctness on a GPU is the verifier's job.
+"""
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+import template_cards as tc
+from forge_backend.contract import resolve_plan, screen
+from forge_backend.search.proposer import ParentView
+from forge_backend.search.templates import FAMILIES, TemplateProposer, family_for, family_name
+from forge_backend.search.templates.common import freeze
+
+ACTIONS_PER_CARD = 3  # sampled one-action neighbours of the root, on top of every strategy seed
+
+CARDS = {
+    # softmax family (anchors, then odd sizes)
+    "softmax_logits_f32": (lambda: tc.softmax((64, 262144), "float32"), "softmax"),
+    "softmax_logits_bf16": (lambda: tc.softmax((64, 248320), "bfloat16"), "softmax"),
+    "softmax_attn_bf16": (lambda: tc.softmax((1, 16, 4096, 4096), "bfloat16"), "softmax"),
+    "softmax_router_f32": (lambda: tc.softmax((4096, 256), "float32"), "softmax"),
+    "softmax_1024_bf16": (lambda: tc.softmax((8192, 1024), "bfloat16"), "softmax"),
+    "log_softmax_1000_f16": (lambda: tc.softmax((3, 1000), "float16", log=True), "softmax"),
+    "softmax_4097_f32": (lambda: tc.softmax((5, 4097), "float32"), "softmax"),
+    "softmax_tiny": (lambda: tc.softmax((3, 3), "float32", dim=1), "softmax"),
+    "softmax_long_rows": (lambda: tc.softmax((3, 300001), "float32"), "softmax"),
+    # reductions over trailing dims
+    "sum_rows_bf16_to_f32": (lambda: tc.reduction("aten.sum.dim_IntList", (3, 5, 1000), [1, 2], "bfloat16",
+                                                  out_dtype="float32"), "reduce"),
+    "amax_37_keepdim": (lambda: tc.reduction("aten.amax.default", (100, 37), [-1], "float16", keepdim=True), "reduce"),
+    "mean_long": (lambda: tc.reduction("aten.mean.dim", (8, 4096), [-1]), "reduce"),
+    "sum_all": (lambda: tc.reduction("aten.sum.dim_IntList", (2, 3, 30001), [], "float32"), "reduce"),
+    # pooling
+    "pool_nchw_f16": (lambda: tc.adaptive_pool((256, 2048, 7, 7), "float16"), "pool"),
+    "pool_nchw_f32_b1": (lambda: tc.adaptive_pool((1, 2048, 7, 7), "float32"), "pool"),
+    "pool_cl_f16": (lambda: tc.adaptive_pool((256, 2048, 7, 7), "float16", channels_last=True), "pool"),
+    "mean_hw_cl_odd": (lambda: tc.spatial_mean((3, 33, 6, 6), "bfloat16", channels_last=True), "pool"),
+    "mean_hw_37": (lambda: tc.spatial_mean((2, 5, 37, 1), "float32", dims=(2, 3), keepdim=False), "pool"),
+    # norms
+    "layer_norm_bf16": (lambda: tc.layer_norm((4096, 2048), (2048,), "bfloat16"), "norm"),
+    "layer_norm_out0_only": (lambda: tc.layer_norm((16384, 4096), (4096,), "bfloat16", used=(0,)), "norm"),
+    "layer_norm_no_affine_2d": (lambda: tc.layer_norm((3, 5, 1000), (5, 1000), weight=False, bias=False), "norm"),
+    "layer_norm_4097_f16": (lambda: tc.layer_norm((7, 4097), (4097,), "float16", bias=False, used=(0, 2)), "norm"),
+    "rms_norm_bf16": (lambda: tc.rms_norm((4096, 2048), (2048,), "bfloat16"), "norm"),
+    "rms_norm_no_weight": (lambda: tc.rms_norm((3, 100), (100,), weight=False, used=(0,)), "norm"),
+    "rms_norm_eps_none": (lambda: tc.rms_norm((5, 96), (96,), "float16", eps=None), "norm"),
+    "batch_norm_nchw": (lambda: tc.batch_norm((8, 64, 56, 56), "float16"), "norm"),
+    "batch_norm_cl": (lambda: tc.batch_norm((8, 64, 56, 56), "float16", channels_last=True), "norm"),
+    "batch_norm_odd": (lambda: tc.batch_norm((2, 33, 7, 7), "float32"), "norm"),
+    "batch_norm_cl_no_affine": (lambda: tc.batch_norm((2, 33, 5, 5), "bfloat16", channels_last=True, affine=False),
+                                "norm"),
+    "group_norm_vae_bf16": (lambda: tc.group_norm(1, 512, 256, 256, dtype="bfloat16"), "norm"),
+    "group_norm_vae_f32_out0": (lambda: tc.group_norm(1, 512, 128, 128, dtype="float32", used=(0,)), "norm"),
+    "group_norm_2x1536": (lambda: tc.group_norm(2, 1536, 64, 64, dtype="bfloat16"), "norm"),
+    "group_norm_big_f32": (lambda: tc.group_norm(1, 128, 1024, 1024, dtype="float32"), "norm"),
+    "group_norm_hw37_f16": (lambda: tc.group_norm(2, 96, 37, 1, groups=32, dtype="float16"), "norm"),
+    "group_norm_no_affine": (lambda: tc.group_norm(3, 64, 6, 6, groups=8, affine=False), "norm"),
+    # elementwise
+    "gelu_bf16": (lambda: tc.unary("aten.gelu.default", (4096, 2048), "bfloat16"), "elementwise"),
+    "gelu_tanh_odd": (lambda: tc.unary("aten.gelu.default", (1001,), approximate="tanh"), "elementwise"),
+    "silu_cl": (lambda: tc.unary("aten.silu.default", (8, 64, 7, 7), "float16", channels_last=True), "elementwise"),
+    "relu_tiny": (lambda: tc.unary("aten.relu.default", (3, 5)), "elementwise"),
+    "sigmoid_bf16": (lambda: tc.unary("aten.sigmoid.default", (1000,), "bfloat16"), "elementwise"),
+    "add_alpha": (lambda: tc.binary("aten.add.Tensor", (4096, 2048), "bfloat16", alpha=2), "elementwise"),
+    "mul_mixed": (lambda: tc.binary("aten.mul.Tensor", (33, 7), "float16", "float32"), "elementwise"),
+    "mul_scalar": (lambda: tc.binary("aten.mul.Tensor", (33, 7), "bfloat16", other=0.1), "elementwise"),
+    "add_int_scalar": (lambda: tc.binary("aten.add.Tensor", (4, 4), other=3), "elementwise"),
+    "to_bf16": (lambda: tc.to_copy((4096, 2047), "float32", "bfloat16"), "elementwise"),
+    "to_f32_cl": (lambda: tc.to_copy((2, 3, 4, 5), "float16", "float32", channels_last=True), "elementwise"),
+}
+
+UNMATCHED = {
+    "convolution": lambda: tc.card_for("aten.convolution.default", {
+        "input": tc.meta((1, 3, 8, 8)), "weight": tc.meta((4, 3, 3, 3)), "bias": None, "stride": [1, 1],
+        "padding": [0, 0], "dilation": [1, 1], "transposed": False, "output_padding": [0, 0], "groups": 1}),
+    "softmax_dim0": lambda: tc.softmax((4, 8), dim=0),
+    "softmax_half_to_float": lambda: tc.card_for("aten._softmax.default", {
+        "self": tc.meta((4, 8), "float16"), "dim": -1, "half_to_float": True}),
+    "add_broadcast": lambda: tc.card_for("aten.add.Tensor", {"self": tc.meta((4, 4)), "other": tc.meta((4,))}),
+    "mean_middle_dim": lambda: tc.reduction("aten.mean.dim", (4, 5, 6), [1]),
+    "to_float64": lambda: tc.card_for("aten._to_copy.default", {"self": tc.meta((4, 4)), "dtype": tc.torch.float64}),
+    "adaptive_pool_2x2": lambda: tc.card_for("aten._adaptive_avg_pool2d.default", {
+        "self": tc.meta((2, 8, 7, 7)), "output_size": [2, 2]}),
+}
+
+_compiled: dict[str, bool] = {}
+
+
+def _compile_once(candidate) -> None:
+    from forge_backend.runtime.nvrtc import compile_candidate
+
+    key = candidate.source_hash()
+    if key not in _compiled:
+        compile_candidate(candidate, "sm_90")
+        _compiled[key] = True
+
+
+def _params_to_check(fam, card) -> list[tuple[str, dict]]:
+    seeds = fam.seeds(card)
+    acts = fam.actions(card, seeds[0])
+    rng = random.Random(card.key)
+    picked = rng.sample(acts, min(ACTIONS_PER_CARD, len(acts)))
+    seen, out = set(), []
+    for label, p in [("seed", p) for p in seeds] + picked:
+        if freeze(p) not in seen:
+            seen.add(freeze(p))
+            out.append((label, p))
+    return out
+
+
+def _check_plan(card, candidate) -> None:
+    screen(candidate)
+    launches, scratch = resolve_plan(candidate, card.sizes, card.floats)
+    inputs = {t.name for t in card.inputs}
+    outputs = {int(t.name[3:]) for t in card.outputs}
+    scratch_names = {name for name, _, _ in scratch}
+    for launch in launches:
+        assert launch.grid[0] < 2**31 and launch.grid[1] <= 65535 and launch.grid[2] <= 65535
+        assert launch.block[0] * launch.block[1] * launch.block[2] <= 1024
+        assert launch.smem <= 227 * 1024
+        for kind, payload in launch.args:
+            if kind == "in":
+                assert payload in inputs, f"plan names input {payload!r}; the card has {sorted(inputs)}"
+            elif kind == "out":
+                assert payload in outputs, f"plan writes output {payload}; the card uses {sorted(outputs)}"
+            elif kind == "scratch":
+                assert payload in scratch_names
+    # every output the graph uses is written by some launch
+    written = {p for l in launches for k, p in l.args if k == "out"}
+    assert written == outputs
+    assert candidate.requires_align in (1, 2, 4, 8, 16)
+    if re.search(r"ldp<\w+, VEC>", candidate.source) and "constexpr int VEC = 1;" not in candidate.source:
+        assert candidate.requires_align > 1, "vector loads need the runtime's alignment check"
+
+
+@pytest.mark.parametrize("name", sorted(CARDS))
+def test_family_templates_compile(name: str) -> None:
+    factory, expected = CARDS[name]
+    card = factory()
+    fam = family_for(card)
+    assert fam is not None and family_name(fam) == expected
+    root = fam.root_params(card)
+    assert fam.valid(card, root) and fam.seeds(card)[0] == root
+    for label, params in _params_to_check(fam, card):
+        assert fam.valid(card, params), (label, params)
+        candidate = fam.generate(card, params)
+        assert dict(candidate.params) == params and candidate.description
+        _check_plan(card, candidate)
+        _compile_once(candidate)
+
+
+@pytest.mark.parametrize("name", sorted(CARDS))
+def test_actions_are_valid_distinct_and_labelled(name: str) -> None:
+    card = CARDS[name][0]()
+    fam = family_for(card)
+    for params in fam.seeds(card):
+        acts = fam.actions(card, params)
+        frozen = [freeze(p) for _, p in acts]
+        assert len(set(frozen)) == len(frozen) and freeze(params) not in frozen
+        for label, p in acts:
+            assert label and "\n" not in label and fam.valid(card, p)
+
+
+@pytest.mark.parametrize("name", sorted(UNMATCHED))
+def test_unmatched_ops_are_left_to_pytorch(name: str) -> None:
+    card = UNMATCHED[name]()
+    assert family_for(card) is None
+    parent = ParentView(0, None, {}, None, None, None)
+    assert TemplateProposer().propose(card, parent, random.Random(0)) is None
+
+
+def test_root_strategies_fit_the_shape() -> None:
+    pick = lambda name: family_for(c := CARDS[name][0]()).root_params(c)  # noqa: E731
+    assert pick("softmax_logits_f32")["strategy"] == "cluster"  # few 1 MB rows: one DRAM read per row
+    assert pick("softmax_long_rows")["strategy"] == "split"  # too long for a cluster's registers
+    assert pick("softmax_attn_bf16") == {"strategy": "block", "vec": 8, "block": 128, "cache": "reg"}
+    assert pick("softmax_router_f32")["strategy"] == "group"
+    assert pick("pool_nchw_f16")["strategy"] == "tile"
+    assert pick("pool_cl_f16")["strategy"] == "cl"
+    assert pick("group_norm_vae_bf16")["strategy"] == "sync"
+    assert pick("group_norm_big_f32")["strategy"] == "split"  # 16 MB groups: too many chunks to keep resident
+    assert pick("softmax_4097_f32")["vec"] == 1  # 4097 * 4 bytes is not a multiple of 16
+
+
+def _root_view() -> ParentView:
+    return ParentView(0, None, {}, None, None, None)
+
+
+def test_proposer_root_then_strategies_then_exhausted() -> None:
+    card = CARDS["softmax_logits_f32"][0]()
+    fam = family_for(card)
+    prop, rng = TemplateProposer(), random.Random(0)
+    got = []
+    while (p := prop.propose(card, _root_view(), rng)) is not None:
+        got.append(p)
+        assert p.proposer == "templates" and p.candidate is not None and p.failure is None
+    assert got[0].params == fam.root_params(card) and got[0].action == "template root"
+    assert [p.params for p in got] == fam.seeds(card)
+    assert prop.propose(card, _root_view(), rng) is None
+
+
+def test_proposer_walks_actions_without_duplicates() -> None:
+    card = CARDS["layer_norm_bf16"][0]()
+    prop, rng = TemplateProposer(), random.Random(1)
+    first = prop.propose(card, _root_view(), rng)
+    frontier, seen = [first], {freeze(first.params)}
+    for _ in range(60):  # expand breadth-first until the proposer runs dry
+        if not frontier:
+            break
+        node = frontier.pop(0)
+        view = ParentView(1, node.candidate, node.params, None, None, None)
+        siblings: list[str] = []
+        while (child := prop.propose(card, ParentView(1, node.candidate, node.params, None, None, None,
+                                                      sibling_actions=tuple(siblings)), rng)) is not None:
+            assert freeze(child.params) not in seen, child.action
+            seen.add(freeze(child.params))
+            siblings.append(child.action)
+            frontier.append(child)
+        assert prop.propose(card, view, rng) is None
+    assert len(seen) > 5
+
+
+def test_proposer_skips_sibling_actions() -> None:
+    card = CARDS["gelu_bf16"][0]()
+    fam = family_for(card)
+    root = fam.root_params(card)
+    parent_cand = fam.generate(card, root)
+    labels = [a for a, _ in fam.actions(card, root)]
+    view = ParentView(1, parent_cand, root, None, None, None, sibling_actions=tuple(labels[:-1]))
+    p = TemplateProposer().propose(card, view, random.Random(0))
+    assert p is not None and p.action == labels[-1]
+    view = ParentView(1, parent_cand, root, None, None, None, sibling_actions=tuple(labels))
+    assert TemplateProposer().propose(card, view, random.Random(0)) is None
+
+
+def test_every_family_is_covered() -> None:
+    assert {family_name(f) for f in FAMILIES} == {e for _, e in CARDS.values()}
