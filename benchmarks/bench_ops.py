@@ -57,6 +57,16 @@ def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device) -> tuple
         kforge = timer.time(lambda: kf(*inputs)).median_us
     replaced = [op for r in reports for op, _, _ in r.replaced]
     store = LocalStore(cache_dir)
+    for key in store.searches():
+        if key in _SEEN:
+            continue
+        _SEEN.add(key)
+        s = store.get_search(key) or {}
+        ok = [n for n in s.get("nodes", []) if n.get("status") == "ok"]
+        best = min((n["time_us"] for n in ok), default=None)
+        log(f"  search {s.get('op')}: {s.get('iterations')} it, stop {s.get('stop_reason')}, {len(ok)} ok of "
+            f"{len(s.get('nodes', [])) - 1}, best {best} us vs eager {s.get('eager_us')}: {s.get('decision')}; "
+            f"failures {_failures(s)}")
     its, firsts = [], []
     for r in reports:
         for op, key, _ in r.replaced:
@@ -71,6 +81,18 @@ def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device) -> tuple
            "search_s": search_s, "replaced": ",".join(o.removeprefix("aten.") for o in replaced) or "none",
            "iterations": iterations}
     return out, firsts
+
+
+_SEEN: set[str] = set()
+
+
+def _failures(search: dict) -> dict:
+    out: dict[str, int] = {}
+    for n in search.get("nodes", []):
+        if n.get("status") == "failed":
+            key = f"{n.get('failure_stage')}:{(n.get('failure_reason') or '')[:60]}"
+            out[key] = out.get(key, 0) + 1
+    return out
 
 
 def _first_kernel(row, search: dict) -> list[dict]:

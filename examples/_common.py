@@ -89,29 +89,55 @@ def _as_tuple(inputs: Any) -> tuple[Any, ...]:
     return tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
 
 
-def time_cuda(fn: Callable[..., Any], args: Sequence[Any], warmup: int, iters: int) -> float:
-    """Median milliseconds of ``fn(*args)`` over ``iters`` CUDA-event-timed calls, after ``warmup`` calls."""
-    for _ in range(warmup):
-        fn(*args)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(*args)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+class CudaTimer:
+    """Times with CUDA events: ``warmup`` calls, then the median of ``iters`` timed calls."""
+
+    def median_ms(self, fn: Callable[..., Any], args: Sequence[Any], warmup: int, iters: int) -> float:
+        for _ in range(warmup):
+            fn(*args)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(iters):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(*args)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return statistics.median(times)
+
+    def first_call(self, fn: Callable[..., Any], args: Sequence[Any]) -> tuple[float, Any]:
+        """Seconds of the first call of a compiled model (Dynamo, AOT, kforge lookup/search, inner compiler)."""
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = fn(*args)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0, out
+
+    def device_name(self) -> str:
+        return torch.cuda.get_device_name()
 
 
-def first_call_seconds(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[float, Any]:
-    """Wall time of the first call of a compiled model (Dynamo + AOT + kforge lookup/search + inner compiler)."""
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    out = fn(*args)
-    torch.cuda.synchronize()
-    return time.perf_counter() - t0, out
+class WallTimer(CudaTimer):
+    """Host wall-clock timing, for running the harness itself on the CPU (tests); its numbers mean little."""
+
+    def median_ms(self, fn: Callable[..., Any], args: Sequence[Any], warmup: int, iters: int) -> float:
+        for _ in range(warmup):
+            fn(*args)
+        times = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn(*args)
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+
+    def first_call(self, fn: Callable[..., Any], args: Sequence[Any]) -> tuple[float, Any]:
+        t0 = time.perf_counter()
+        out = fn(*args)
+        return time.perf_counter() - t0, out
+
+    def device_name(self) -> str:
+        return "CPU"
 
 
 def max_abs_diff(a: Any, b: Any) -> float:
@@ -152,18 +178,18 @@ def print_reports(reports: Sequence[Any]) -> None:
 
 
 def print_timings(title: str, timings: Sequence[Timing]) -> None:
-    eager = next((t.ms for t in timings if t.name == "eager"), None)
+    base = {t.name: t.ms for t in timings}
     print(f"\n{title}")
-    print(f"  {'':<10} {'median ms':>10} {'vs eager':>9} {'compile s':>10} {'max|diff|':>10}")
+    print(f"  {'':<10} {'median ms':>10} {'vs eager':>9} {'vs inductor':>12} {'compile s':>10} {'max|diff|':>10}")
     for t in timings:
-        rel = f"{eager / t.ms:.2f}x" if eager else "-"
+        vs = [f"{base[b] / t.ms:.2f}x" if b in base and t.ms > 0 else "-" for b in ("eager", "inductor")]
         comp = f"{t.compile_s:.1f}" if t.compile_s is not None else "-"
         diff = f"{t.max_diff:.2e}" if t.max_diff is not None else "-"
-        print(f"  {t.name:<10} {t.ms:>10.3f} {rel:>9} {comp:>10} {diff:>10}")
+        print(f"  {t.name:<10} {t.ms:>10.3f} {vs[0]:>9} {vs[1]:>12} {comp:>10} {diff:>10}")
 
 
 def _parse(module: ModuleType, argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=(module.__doc__ or "").strip().splitlines()[0])
+    p = argparse.ArgumentParser(description=((module.__doc__ or "").strip().splitlines() or [""])[0])
     p.add_argument("--setting", default=module.SETTINGS[0], choices=module.SETTINGS)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
@@ -185,39 +211,48 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
     return opts
 
 
-def run_example(module: ModuleType, argv: Sequence[str] | None = None) -> int:
-    """The ``__main__`` of every example: time eager, Inductor and kforge on one setting and print the results."""
+def _describe(model: torch.nn.Module, inputs: Sequence[Any]) -> str:
+    shown = [f"{list(t.shape)} {str(t.dtype).removeprefix('torch.')}" if isinstance(t, torch.Tensor) else repr(t)
+             for t in inputs]
+    return f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters; inputs {', '.join(shown)}"
+
+
+def _compiled_timing(name: str, compiled: Callable[..., Any], inputs: Sequence[Any], ref: Any,
+                     args: argparse.Namespace, timer: CudaTimer) -> Timing:
+    secs, out = timer.first_call(compiled, inputs)
+    return Timing(name, timer.median_ms(compiled, inputs, args.warmup, args.iters), secs, max_abs_diff(out, ref))
+
+
+def run_example(module: ModuleType, argv: Sequence[str] | None = None, *, timer: CudaTimer | None = None,
+                provider: Any = None) -> int:
+    """The ``__main__`` of every example: time eager, Inductor and kforge on one setting and print the results.
+    ``timer`` and ``provider`` are for tests (a wall-clock timer and a CPU kernel provider)."""
     args = _parse(module, argv)
     name = Path(module.__file__).stem
-    if not on_gpu():
-        print(f"{name}: this example times CUDA kernels and needs a CUDA GPU; none is visible "
-              f"(torch {torch.__version__}). Nothing to do.")
-        return 0
+    if timer is None:
+        if not on_gpu():
+            print(f"{name}: this example times CUDA kernels and needs a CUDA GPU; none is visible "
+                  f"(torch {torch.__version__}). Nothing to do.")
+            return 0
+        timer = CudaTimer()
     from forge_backend.backend import make_backend
 
     get_model, get_inputs = variant(module, args.setting)
     model, inputs = get_model(), _as_tuple(get_inputs())
-    print(f"{name} [{args.setting}] on {torch.cuda.get_device_name()}: "
-          f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters; inputs "
-          + ", ".join(f"{list(t.shape)} {str(t.dtype).removeprefix('torch.')}" if isinstance(t, torch.Tensor) else repr(t)
-                      for t in inputs))
+    print(f"{name} [{args.setting}] on {timer.device_name()}: {_describe(model, inputs)}")
     timings, reports = [], []
     with torch.no_grad():
         ref = model(*inputs)
-        timings.append(Timing("eager", time_cuda(model, inputs, args.warmup, args.iters)))
+        timings.append(Timing("eager", timer.median_ms(model, inputs, args.warmup, args.iters)))
         if not args.no_inductor:
             torch._dynamo.reset()
-            compiled = torch.compile(model, backend="inductor")
-            secs, out = first_call_seconds(compiled, inputs)
-            ms = time_cuda(compiled, inputs, args.warmup, args.iters)
-            timings.append(Timing("inductor", ms, secs, max_abs_diff(out, ref)))
+            timings.append(_compiled_timing("inductor", torch.compile(model, backend="inductor"), inputs, ref, args,
+                                            timer))
         torch._dynamo.reset()
-        compiled = torch.compile(model, backend=make_backend(on_report=reports.append), options=_options(args))
-        secs, out = first_call_seconds(compiled, inputs)
-        ms = time_cuda(compiled, inputs, args.warmup, args.iters)
-        timings.append(Timing("kforge", ms, secs, max_abs_diff(out, ref)))
-    print_timings(f"{name} [{args.setting}], median of {args.iters} after {args.warmup} warm-up calls",
-                  timings)
+        backend = make_backend(provider, on_report=reports.append)
+        timings.append(_compiled_timing("kforge", torch.compile(model, backend=backend, options=_options(args)),
+                                        inputs, ref, args, timer))
+    print_timings(f"{name} [{args.setting}], median of {args.iters} after {args.warmup} warm-up calls", timings)
     print_reports(reports)
     return 0
 

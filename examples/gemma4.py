@@ -51,23 +51,32 @@ E2B_TEXT_CONFIG: dict[str, Any] = dict(
 )
 
 
+def _classes():
+    try:
+        from transformers import Gemma4ForCausalLM, Gemma4TextConfig
+    except ImportError as e:
+        import transformers
+
+        raise ImportError(f"examples/gemma4.py needs a transformers with Gemma 4 (Gemma4ForCausalLM); the installed "
+                          f"{transformers.__version__} lacks it: pip install -U transformers") from e
+    return Gemma4TextConfig, Gemma4ForCausalLM
+
+
 def text_config(attn: str = "sdpa", layer_types: tuple[str, ...] = LAYER_TYPES,
                 kv_shared_layers: int = KV_SHARED_LAYERS, **overrides: Any):
-    from transformers import Gemma4TextConfig
-
+    config_cls, _ = _classes()
     cfg = {**E2B_TEXT_CONFIG, **overrides}
-    return Gemma4TextConfig(**cfg, num_hidden_layers=len(layer_types), layer_types=list(layer_types),
-                            num_kv_shared_layers=kv_shared_layers, use_cache=False, attn_implementation=attn)
+    return config_cls(**cfg, num_hidden_layers=len(layer_types), layer_types=list(layer_types),
+                      num_kv_shared_layers=kv_shared_layers, use_cache=False, attn_implementation=attn)
 
 
 def build_model(config, device: torch.device | str | None = None, dtype: torch.dtype | None = None,
                 positions: int = SAMPLED_POSITIONS) -> PrefillSampler:
-    from transformers import Gemma4ForCausalLM
-
+    _, model_cls = _classes()
     dev, dt = placement(device, dtype, torch.bfloat16)
     torch.manual_seed(0)
     with dev, default_dtype(dt):
-        lm = Gemma4ForCausalLM(config)
+        lm = model_cls(config)
     return PrefillSampler(lm.eval(), positions)
 
 

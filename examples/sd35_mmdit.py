@@ -72,9 +72,12 @@ def build_transformer(num_layers: int = NUM_LAYERS, device: torch.device | str |
 
 
 def build_inputs(text_tokens: int, batch: int = 1, latent_side: int = 128,
-                 channels: int = SD35_MMDIT_CONFIG["in_channels"], text_dim: int = SD35_MMDIT_CONFIG["joint_attention_dim"],
-                 pooled_dim: int = SD35_MMDIT_CONFIG["pooled_projection_dim"], device: torch.device | str | None = None,
+                 channels: int = SD35_MMDIT_CONFIG["in_channels"],
+                 text_dim: int = SD35_MMDIT_CONFIG["joint_attention_dim"],
+                 pooled_dim: int = SD35_MMDIT_CONFIG["pooled_projection_dim"],
+                 device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
+    """(latent, text embeddings, pooled text embedding, timestep) as the SD3 pipeline passes them."""
     dev, dt = placement(device, dtype, torch.bfloat16)
     g = torch.Generator().manual_seed(0)
     latent = torch.randn(batch, channels, latent_side, latent_side, generator=g)

@@ -5,7 +5,8 @@ The config is SD3.5-Medium's VAE, written out here (nothing is downloaded): 16 l
 forward decodes a latent to an image: ``vae.decode(z).sample``; GroupNorm (30 of them) is the kforge-relevant op.
 
 Settings: bf16_1024 (default; latent [1, 16, 128, 128] -> 1024x1024 image), bf16_512 (latent 64x64 -> 512x512).
-Without a GPU the latent is 32x32 in fp32, for smoke runs only.
+Without a GPU the latent is 32x32 in fp32, for smoke runs only (and torch.compile of it at batch 1 fails inside
+PyTorch on the CPU: tests/test_models_cpu.py::test_vae_batch1_group_norm_pytorch_bug).
 
     python examples/sd35_vae.py --setting bf16_512
 """

@@ -31,9 +31,13 @@ def test_resnet50_cold_then_warm_cache(tmp_path):
     assert cold["counters"].get("nvrtc_compiles", 0) > 0 and cold["counters"].get("worker_calls", 0) > 0
     listing = CliRunner().invoke(app, ["cache", "ls", "--cache-dir", str(tmp_path)], terminal_width=250)
     assert listing.exit_code == 0, listing.output
-    # F.adaptive_avg_pool2d(x, 1) reaches ATen as mean over H, W: its row must carry a verified kernel
-    pool_rows = [line for line in listing.output.splitlines() if "mean.dim" in line]
-    assert any("kernel" in line for line in pool_rows), listing.output
+    assert "aten.mean.dim" in listing.output, listing.output
+    # F.adaptive_avg_pool2d(x, 1) reaches ATen as mean over H, W: its record must carry a verified kernel
+    from forge_backend.store.local import LocalStore
+
+    pools = [r for _, r in LocalStore(tmp_path).items() if r.signature["op"] == "aten.mean.dim"]
+    assert pools and pools[0].decision == "kernel", [(r.decision, r.provenance.get("reason")) for r in pools]
+    assert pools[0].verification.get("trials_passed", 0) >= 5 and pools[0].trusted
     warm = run(tmp_path)
     assert warm["rel_err"] < 2e-2
     assert warm["counters"].get("nvrtc_compiles", 0) == 0, warm["counters"]

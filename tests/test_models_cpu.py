@@ -8,6 +8,7 @@ their calls, so a test proves the rewritten graph ran them, and the outputs prov
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -26,14 +27,20 @@ TOL = {"eager": dict(rtol=1e-4, atol=1e-5), "inductor": dict(rtol=1e-3, atol=1e-
 
 
 def example(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"kforge_example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """An example file as a module (registered, as ``forge_backend.modelspec`` does, so dataclasses work)."""
+    module_name = f"kforge_example_{name}"
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module_name, EXAMPLES / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[module_name]
 
 
 def run_kforge(model: torch.nn.Module, inputs: tuple, inner: str = "eager"):
-    """Eager output, kforge output, the provider (with its call counts) and the compile reports."""
+    """Compile ``model`` with kforge and the CPU provider, check it matches eager and nothing fell back; return the
+    provider (its ``calls`` count the replaced kernels that ran) and the compile reports. Dynamo is reset around
+    every test by conftest."""
     provider, reports = CpuProvider(), []
     with torch.no_grad():
         expected = model(*inputs)
@@ -193,3 +200,47 @@ def test_qwen35_moe_prefill_router_and_sampling_softmax(attn):
     layers = len(qwen.LAYER_TYPES)
     attention_softmaxes = qwen.LAYER_TYPES.count("full_attention") if attn == "eager" else 0
     assert provider.calls[SOFTMAX] == layers + attention_softmaxes + 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The examples' own plumbing: settings, the no-GPU exit, and the timing/report harness on the CPU
+
+ALL_EXAMPLES = ["resnet50", "sd35_vae", "sd35_mmdit", "gemma4", "qwen35_moe"]
+
+
+@pytest.mark.parametrize("name", ALL_EXAMPLES)
+def test_example_declares_every_setting(name):
+    module = example(name)
+    assert module.SETTINGS and len(set(module.SETTINGS)) == len(module.SETTINGS)
+    for setting in module.SETTINGS:
+        assert callable(getattr(module, f"get_model_{setting}")) and callable(getattr(module, f"get_inputs_{setting}"))
+    assert module.get_model is getattr(module, f"get_model_{module.SETTINGS[0]}")
+    assert module.get_inputs is getattr(module, f"get_inputs_{module.SETTINGS[0]}")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+@pytest.mark.parametrize("name", ALL_EXAMPLES)
+def test_example_without_gpu_says_so_and_exits_0(name, capsys):
+    module = example(name)
+    common = example("_common")
+    assert common.run_example(module, []) == 0
+    assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
+def test_example_harness_times_and_reports_on_cpu(capsys):
+    """The harness end to end on a tiny Gemma 4, with a wall-clock timer and the CPU provider."""
+    gemma4 = _llm_example("gemma4", "Gemma4TextConfig")
+    common = example("_common")
+    tiny = ModuleType("tiny_gemma4")
+    tiny.__file__ = "tiny_gemma4.py"
+    tiny.SETTINGS = ["eager_attn"]
+    tiny.get_model_eager_attn = lambda: gemma4.build_model(gemma4.text_config("eager", **TINY_GEMMA4), device="cpu",
+                                                           dtype=torch.float32, positions=POSITIONS)
+    tiny.get_inputs_eager_attn = lambda: torch.randint(0, VOCAB, (1, PROMPT))
+    provider = CpuProvider()
+    rc = common.run_example(tiny, ["--no-inductor", "--warmup", "1", "--iters", "2"], timer=common.WallTimer(),
+                            provider=provider)
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "kforge" in out and "eager" in out and SOFTMAX in out and "1.00x" in out  # the provider's speedup
+    assert provider.calls[SOFTMAX] >= len(gemma4.LAYER_TYPES) + 1

@@ -69,6 +69,28 @@ def test_direct_mode_calls_the_impl_without_the_dispatcher():
     assert provider.calls["aten._softmax.default"] == 1
 
 
+class CallableImpl:
+    """A launcher-like callable object (no __name__), as the GPU runtime's Launcher is."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, inputs):
+        return self.fn(inputs)
+
+
+def test_direct_mode_accepts_callable_objects():
+    import dataclasses
+
+    x = torch.randn(4, 16)
+    gm = aten_graph(lambda t: F.softmax(t, -1), x)
+    found = scan(gm)
+    impl = CpuProvider().kernels_for(found.cards(), KforgeConfig.load({}, env={}))[found.candidates[0].signature.key()]
+    impl = dataclasses.replace(impl, run=CallableImpl(impl.run))
+    apply(gm, [Replacement(found.candidates[0].node, found.candidates[0].signature, impl)], direct=True)
+    torch.testing.assert_close(gm(x)[0], F.softmax(x, -1))
+
+
 def test_graph_with_nothing_to_replace_is_unchanged():
     gm = aten_graph(lambda t: torch.relu(t) * 3, torch.randn(3))
     code = gm.code
