@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -13,7 +14,8 @@ from . import __version__
 
 app = typer.Typer(help="kforge: faster CUDA kernels per operator signature for torch.compile.",
                   no_args_is_help=True, add_completion=False)
-console = Console()
+# Wide tables when piped (CI logs, the device machine): rich would otherwise wrap at 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 
 def _version(value: bool) -> None:

@@ -10,6 +10,7 @@ import contextlib
 import datetime as _dt
 import difflib
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Callable, Iterator, Optional
 
@@ -30,7 +31,8 @@ Shipped = Annotated[bool, typer.Option("--shipped", help="Include the read-only 
 
 
 def _console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=None if stream.isatty() else 160)
 
 
 @contextlib.contextmanager

@@ -146,18 +146,18 @@ def _compare(out: torch.Tensor, ref: torch.Tensor, eager: torch.Tensor, name: st
     ratio = diff / bound
     eager_ratio = ((e - r).abs().nan_to_num(0.0) / bound).max().item() if finite.any() else 0.0
     limit = max(1.0, 2.0 * eager_ratio)
-    worst = int(ratio.view(-1).argmax().item()) if ratio.numel() else 0
+    worst = int(ratio.reshape(-1).argmax().item()) if ratio.numel() else 0
     rep = VerifyReport(True, output=name, max_abs_err=float(diff.max().item()) if diff.numel() else 0.0,
                        max_rel_err=float((diff / r.abs().clamp_min(1e-30)).max().item()) if diff.numel() else 0.0,
                        nan_count=int(out_nan.sum()), expected_nan_count=int(ref_nan.sum()),
                        tolerance={"rtol": rtol, "atol": atol, "limit": limit, "eager_ratio": eager_ratio})
-    if ratio.numel() and ratio.view(-1)[worst].item() > limit:
+    if ratio.numel() and ratio.reshape(-1)[worst].item() > limit:
         rep.ok, rep.failed_check = False, "mismatch"
         rep.worst_index = list(torch.unravel_index(torch.tensor(worst), out.shape)) if out.dim() else []
         rep.worst_index = [int(i) for i in rep.worst_index]
-        rep.message = (f"{name}: error {diff.view(-1)[worst].item():.3g} at {rep.worst_index} exceeds "
+        rep.message = (f"{name}: error {diff.reshape(-1)[worst].item():.3g} at {rep.worst_index} exceeds "
                        f"{limit:.2f} x (atol {atol:.3g} + rtol {rtol:g} x |ref|); ref "
-                       f"{r.view(-1)[worst].item():.6g}, got {o.view(-1)[worst].item():.6g}")
+                       f"{r.reshape(-1)[worst].item():.6g}, got {o.reshape(-1)[worst].item():.6g}")
     return rep
 
 

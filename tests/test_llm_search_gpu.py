@@ -18,8 +18,8 @@ pytestmark = pytest.mark.gpu
 
 def test_llm_search_on_gpu(llm_server, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    llm_server.push(Reply.fixture("good_kernel"), Reply.fixture("tail_bug"), Reply.fixture("compile_error"),
-                    Reply.fixture("compile_fixed"))
+    llm_server.push(Reply.fixture("good_kernel.md"), Reply.fixture("tail_bug.md"), Reply.fixture("compile_error.md"),
+                    Reply.fixture("compile_fixed.md"))
     cfg = llm_config(llm_server, tmp_path, proposer="llm")
     card = softmax_card()
     store = LocalStore(tmp_path)
