@@ -1,6 +1,6 @@
 """GPU: an MCTS search whose only proposer is the LLM, served by a real loopback HTTP server replaying canned
 answers. The correct kernel passes the verifier, the one wrong on the tail is rejected by it, the compile error is
-repaired; the search record (the tree) is stored, and written to $KFORGE_TEST_OUT when that is set."""
+repaired; the search record (the tree) is stored, and written to $TEST_ARTIFACTS_DIR when that is set."""
 import json
 import os
 from pathlib import Path
@@ -44,6 +44,6 @@ def test_llm_search_on_gpu(llm_server, tmp_path, monkeypatch):  # noqa: F811
     if rec.decision == "kernel":
         assert rec.node(rec.winner_id).proposer == "llm"
         assert store.get(card.key).provenance["proposer"] == "llm"
-    if os.environ.get("KFORGE_TEST_OUT"):
-        Path(os.environ["KFORGE_TEST_OUT"], "llm_search_tree.json").write_text(json.dumps(stored, indent=1))
+    if os.environ.get("TEST_ARTIFACTS_DIR"):
+        Path(os.environ["TEST_ARTIFACTS_DIR"], "llm_search_tree.json").write_text(json.dumps(stored, indent=1))
     print("decision:", rec.decision, rec.reason)

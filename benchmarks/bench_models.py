@@ -1,0 +1,136 @@
+"""End-to-end model benchmark on the GPU: five configurations per model and setting, all in one run.
+
+    python benchmarks/bench_models.py [--models resnet50,sd35_vae] [--iterations 8]
+
+Per MODEL_SPEC (examples/*.py with a setting): eager; Inductor; kforge with the rest of the graph eager (its first
+compile searches the signatures it misses); kforge with the rest through Inductor (cache now warm); and the compile
+time of a warm-cache kforge+Inductor compile next to a warm Inductor compile. Outputs are checked against eager.
+Writes models.json/.md under --out, one row at a time, so a run cut short keeps what finished.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from harness import environment, log, write_results  # noqa: E402
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+DEFAULT = "resnet50::fp16_b1,sd35_vae::bf16_1024,sd35_mmdit::bf16_txt333,gemma4::eager_attn,qwen35_moe::eager_attn"
+COLUMNS = ["model", "setting", "eager_ms", "inductor_ms", "kforge_eager_ms", "kforge_inductor_ms",
+           "kforge_eager_vs_eager", "kforge_inductor_vs_inductor", "cold_compile_s", "warm_compile_s",
+           "inductor_compile_s", "replaced_ops", "kernels_beating_eager", "max_rel_err"]
+
+
+def _tensors(out) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _tensors(o)]
+    return [v for v in vars(out).values() if isinstance(v, torch.Tensor)] if hasattr(out, "__dict__") else []
+
+
+def rel_err(got, ref) -> float:
+    errs = [((g.float() - r.float()).norm() / r.float().norm().clamp_min(1e-30)).item()
+            for g, r in zip(_tensors(got), _tensors(ref))]
+    return max(errs) if errs else float("nan")
+
+
+def median_ms(fn, inputs, reps: int = 10) -> float:
+    from forge_backend.measure import Timer
+
+    return Timer(torch.device("cuda", 0), flush_bytes=4).time(lambda: fn(*inputs), warmup=3, repeats=reps).median_us / 1e3
+
+
+def first_call_s(fn, inputs) -> tuple[float, object]:
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn(*inputs)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0, out
+
+
+def bench(spec: str, cache: Path, iterations: int) -> dict:
+    from forge_backend.backend import make_backend
+    from forge_backend.modelspec import load
+    from forge_backend.store.local import LocalStore
+
+    loaded = load(spec)
+    model, inputs = loaded.model, loaded.inputs
+    opts = {"search_iterations": iterations, "search_seconds": 240, "cache_dir": cache}
+    with torch.no_grad():
+        ref = model(*inputs)
+        eager = median_ms(model, inputs)
+        torch._dynamo.reset()
+        ind = torch.compile(model)
+        ind_compile, _ = first_call_s(ind, inputs)
+        inductor = median_ms(ind, inputs)
+        torch._dynamo.reset()
+        reports = []
+        kfe = torch.compile(model, backend=make_backend(on_report=reports.append), options=opts)
+        cold, out_e = first_call_s(kfe, inputs)
+        kforge_eager = median_ms(kfe, inputs)
+        torch._dynamo.reset()
+        kfi = torch.compile(model, backend="kforge", options={**opts, "inner": "inductor"})
+        _, out_i = first_call_s(kfi, inputs)
+        kforge_inductor = median_ms(kfi, inputs)
+        torch._dynamo.reset()  # warm compiles: Inductor's caches and kforge's cache are both warm now
+        ind_warm, _ = first_call_s(torch.compile(model), inputs)
+        torch._dynamo.reset()
+        kf_warm, _ = first_call_s(torch.compile(model, backend="kforge", options={**opts, "inner": "inductor"}),
+                                  inputs)
+    keys = {key for r in reports for _, key, _ in r.replaced}
+    store = LocalStore(cache)
+    beating = sum(1 for k in keys if (rec := store.get(k)) and rec.decision == "kernel"
+                  and (rec.timings.get("speedup_vs_eager") or 0) > 1.0)
+    name, _, setting = spec.partition("::")
+    return {"model": Path(name).stem, "setting": setting, "eager_ms": eager, "inductor_ms": inductor,
+            "kforge_eager_ms": kforge_eager, "kforge_inductor_ms": kforge_inductor,
+            "kforge_eager_vs_eager": eager / kforge_eager, "kforge_inductor_vs_inductor": inductor / kforge_inductor,
+            "cold_compile_s": cold, "warm_compile_s": kf_warm, "inductor_compile_s": ind_compile,
+            "inductor_warm_compile_s": ind_warm, "replaced_ops": sum(len(r.replaced) for r in reports),
+            "kernels_beating_eager": beating, "replaced_keys": sorted(keys),
+            "max_rel_err": max(rel_err(out_e, ref), rel_err(out_i, ref))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default=DEFAULT, help="comma-separated example[::setting]")
+    ap.add_argument("--iterations", type=int, default=8)
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "h200")
+    ap.add_argument("--cache-dir", type=Path, default=None)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("bench_models needs a CUDA GPU; none is visible here.")
+        return
+    cache = args.cache_dir or Path(tempfile.mkdtemp(prefix="kforge-models-"))
+    env = environment(" ".join(["python"] + sys.argv))
+    rows = []
+    for item in args.models.split(","):
+        model, _, setting = item.partition("::")
+        spec = f"{EXAMPLES / model}.py" + (f"::{setting}" if setting else "")
+        try:
+            row = bench(spec, cache, args.iterations)
+        except Exception as e:  # one broken model must not lose the others; reported in the table
+            log(f"{item}: FAILED {type(e).__name__}: {str(e)[:400]}")
+            rows.append({"model": model, "setting": setting, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+            continue
+        rows.append(row)
+        log(f"{item}: " + ", ".join(f"{k}={row[k]:.3g}" if isinstance(row[k], float) else f"{k}={row[k]}"
+                                    for k in COLUMNS[2:]))
+        write_results(args.out / "models", env, rows, COLUMNS, "kforge end-to-end models (H200)")
+        torch.cuda.empty_cache()
+    distinct = {k for r in rows for k in r.get("replaced_keys", [])}
+    log(f"kernels beating eager, summed over models: {sum(r.get('kernels_beating_eager', 0) for r in rows)}; "
+        f"distinct signatures replaced: {len(distinct)}")
+
+
+if __name__ == "__main__":
+    main()
