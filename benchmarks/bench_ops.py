@@ -61,6 +61,7 @@ def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device) -> tuple
         if key in _SEEN:
             continue
         _SEEN.add(key)
+        _NEW.append(key)
         s = store.get_search(key) or {}
         ok = [n for n in s.get("nodes", []) if n.get("status") == "ok"]
         best = min((n["time_us"] for n in ok), default=None)
@@ -71,9 +72,10 @@ def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device) -> tuple
     for r in reports:
         for op, key, _ in r.replaced:
             rec = store.get(key)
-            search = store.get_search(key) or {}
             its.append((rec.timings if rec else {}).get("iterations_to_best"))
-            firsts += _first_kernel(row, search)
+    for key in _NEW:  # every signature searched for this row, replaced or not
+        firsts += _first_kernel(row, store.get_search(key) or {})
+    _NEW.clear()
     out = {"op": row.op, "shape": list(row.shape), "dtype": str(row.dtype).removeprefix("torch."),
            "model": row.model, "eager_us": eager, "inductor_us": inductor, "kforge_us": kforge, "floor_us": floor,
            "pct_bw": 100.0 * floor / kforge, "speedup_vs_eager": eager / kforge,
@@ -84,6 +86,7 @@ def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device) -> tuple
 
 
 _SEEN: set[str] = set()
+_NEW: list[str] = []
 
 
 def _failures(search: dict) -> dict:

@@ -140,7 +140,7 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
     from torch.fx.experimental.proxy_tensor import make_fx
 
     table = select_decomp_table()
-    keep = {op for op in table if is_candidate(str(op), cfg.families)}
+    keep = {op for op in table if is_candidate(str(op), cfg.families, "inductor")}
 
     def inner(aten_gm: torch.fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
         aten_gm = _rewrite_or_keep(aten_gm, cfg, provider, report, on_report)
@@ -187,7 +187,7 @@ def _copy_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 def _plan_and_rewrite(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: KernelProvider | None,
                       report: CompileReport) -> None:
-    found = scan(gm, cfg.families)
+    found = scan(gm, cfg.families, cfg.inner)
     report.ops_seen, report.candidates, report.skipped = found.ops_seen, len(found.candidates), found.skipped
     if not found.candidates:
         return

@@ -36,7 +36,7 @@ class GraphScan:
         return cards_for_graph([c.signature for c in self.candidates])
 
 
-def scan(gm: torch.fx.GraphModule, families: tuple[str, ...] = ()) -> GraphScan:
+def scan(gm: torch.fx.GraphModule, families: tuple[str, ...] = (), inner: str = "eager") -> GraphScan:
     """Find candidate nodes and describe each. Nodes that cannot be described are skipped with a reason."""
     candidates: list[CandidateNode] = []
     skipped: list[tuple[str, str]] = []
@@ -45,7 +45,7 @@ def scan(gm: torch.fx.GraphModule, families: tuple[str, ...] = ()) -> GraphScan:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         ops_seen += 1
-        if not is_candidate(str(node.target), families):
+        if not is_candidate(str(node.target), families, inner):
             continue
         try:
             sig = signature_of(node)

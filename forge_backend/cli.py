@@ -129,7 +129,8 @@ def prewarm(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] or pa
 
         def on_progress(p: pw.Progress) -> None:
             best = f"best {p.best_speedup:.2f}x, {p.best_pct_roofline:.0f}% roofline" if p.best_speedup else "no kernel yet"
-            bar.update(tasks[p.key], completed=p.iteration, status=f"it {p.iteration}/{p.budget} {best}")
+            llm = f", {p.tokens:,} tokens ${p.cost_usd:.4f}" if p.tokens else ""
+            bar.update(tasks[p.key], completed=p.iteration, status=f"it {p.iteration}/{p.budget} {best}{llm}")
 
         def on_done(r: pw.PrewarmResult) -> None:
             results[r.card.key] = r

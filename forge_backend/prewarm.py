@@ -69,17 +69,20 @@ class Progress:
 def profile_cards(cards: list[OperatorCard], device: torch.device) -> dict[str, float]:
     """Eager device time of each signature on fresh inputs, in microseconds (the model's profile by operator)."""
     from .measure import Timer
-    from .reference import call_aten
     from .verify import make_inputs
 
     timer = Timer(device)
     out = {}
     for card in cards:
-        inputs = make_inputs(card, "normal", 7, device)
-        sig = card.signature_obj()
-        out[card.key] = timer.time(lambda: call_aten(sig, inputs), warmup=3, repeats=10).median_us
-        del inputs
+        out[card.key] = _eager_us(timer, card, make_inputs(card, "normal", 7, device))
     return out
+
+
+def _eager_us(timer, card: OperatorCard, inputs: list) -> float:
+    from .reference import call_aten
+
+    sig = card.signature_obj()
+    return timer.time(lambda: call_aten(sig, inputs), warmup=3, repeats=10).median_us
 
 
 def plan(cards: list[OperatorCard], eager_us: dict[str, float], cfg: KforgeConfig, store, force: bool = False
@@ -122,11 +125,14 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
     def one(item: PlanItem) -> PrewarmResult:
         with lock:
             gpu = free.pop()
+        spent = {"tokens": 0, "cost_usd": 0.0}
         try:
             def progress(p) -> None:
+                spent["tokens"] += int(p.last.extra.get("tokens", 0) or 0)
+                spent["cost_usd"] += float(p.last.extra.get("cost_usd", 0.0) or 0.0)
                 if on_progress is not None:
                     on_progress(Progress(item.card.key, p.iteration, p.iterations_budget, p.best_speedup,
-                                         p.best_pct_roofline))
+                                         p.best_pct_roofline, spent["tokens"], spent["cost_usd"]))
 
             out = run_search(item.card, cfg, clients[gpu], store, iterations, seconds_per_op, on_progress=progress)
             res = _result(item, out)

@@ -100,15 +100,26 @@ DENIED: frozenset[str] = frozenset(
 
 _FAMILY_OF: dict[str, OpFamily] = {op: fam for fam in FAMILIES for op in fam.ops}
 
+# Note [what Inductor keeps]
+# Inductor fuses pointwise ops, and inference batch norm (a per-channel pointwise op), into their neighbours;
+# replacing one of them splits a fused kernel in two, however fast the replacement is alone. Measured on the H200
+# (2026-11-30, benchmarks/results/h200/models.md): ResNet-50 fp16 batch 1 with every searched op replaced inside
+# Inductor ran 7.83 ms against Inductor's own 2.21 ms. So with inner="inductor" these ops stay with Inductor.
+INDUCTOR_KEEPS: frozenset[str] = frozenset(
+    [op for f in FAMILIES if f.name == "elementwise" for op in f.ops]
+    + ["aten._native_batch_norm_legit_no_training.default"]
+)
+
 
 def family_of(op_name: str) -> OpFamily | None:
     """The family an overload belongs to, or None."""
     return _FAMILY_OF.get(op_name)
 
 
-def is_candidate(op_name: str, opted_in: frozenset[str] | tuple[str, ...] = ()) -> bool:
-    """True when ``op_name`` (``str(OpOverload)``) belongs to an enabled family and is not denied."""
-    if op_name in DENIED:
+def is_candidate(op_name: str, opted_in: frozenset[str] | tuple[str, ...] = (), inner: str = "eager") -> bool:
+    """True when ``op_name`` (``str(OpOverload)``) belongs to an enabled family and is not denied; with
+    ``inner="inductor"``, ops Inductor fuses into its neighbours are not candidates (Note [what Inductor keeps])."""
+    if op_name in DENIED or (inner == "inductor" and op_name in INDUCTOR_KEEPS):
         return False
     fam = _FAMILY_OF.get(op_name)
     if fam is None:

@@ -103,3 +103,13 @@ def test_graph_needing_backward_passes_through(caplog):
 def test_default_backend_on_cpu_leaves_ops_to_pytorch():
     """On a machine without a GPU the real provider serves nothing, and the model still runs."""
     run_compiled("kforge")
+
+
+def test_inductor_inner_leaves_fusable_pointwise_ops_to_inductor():
+    provider = CpuProvider(ops=("aten.relu.default", "aten._softmax.default"))
+    f = torch.compile(lambda x: torch.softmax(torch.relu(x) * 2, -1), backend=make_backend(provider),
+                      options={"inner": "inductor"})
+    x = torch.randn(8, 33)
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), torch.softmax(torch.relu(x) * 2, -1))
+    assert provider.calls == {"aten._softmax.default": 1}

@@ -30,3 +30,13 @@ def test_families_are_disjoint_and_denied_ops_in_no_family():
     assert len(ops) == len(set(ops))
     assert not DENIED & set(ops)
     assert family_of("aten._log_softmax.default").name == "softmax"
+
+
+def test_inductor_keeps_the_ops_it_fuses():
+    from forge_backend.selection import INDUCTOR_KEEPS
+
+    for op in ("aten.relu.default", "aten.add.Tensor", "aten._native_batch_norm_legit_no_training.default"):
+        assert op in INDUCTOR_KEEPS
+        assert is_candidate(op) and not is_candidate(op, inner="inductor")
+    for op in ("aten._softmax.default", "aten.native_group_norm.default", "aten.mean.dim"):
+        assert is_candidate(op, inner="inductor")

@@ -89,7 +89,41 @@ class ImportReport:
     rejected: dict[str, str] = field(default_factory=dict)
 
 
-class LocalStore:
+class RecordReader:
+    """What every store tier shares: iterate the valid records and check them all, on top of keys/read/get."""
+
+    def keys(self) -> list[str]:
+        raise NotImplementedError
+
+    def read(self, key: str) -> KernelRecord | None:
+        raise NotImplementedError
+
+    def get(self, key: str) -> KernelRecord | None:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def items(self) -> Iterator[tuple[str, KernelRecord]]:
+        """Every valid record; corrupt entries are reported and skipped."""
+        for key in self.keys():
+            rec = self.get(key)
+            if rec is not None:
+                yield key, rec
+
+    def check(self) -> IntegrityReport:
+        """Read back every entry and sort the keys into ok and corrupt (with the reason)."""
+        report = IntegrityReport()
+        for key in self.keys():
+            try:
+                if self.read(key) is not None:
+                    report.ok.append(key)
+            except CorruptRecord as e:
+                report.corrupt[key] = str(e)
+        return report
+
+
+class LocalStore(RecordReader):
     """KernelRecords by signature key in ``cache_dir/records``; search records in ``cache_dir/searches``."""
 
     def __init__(self, cache_dir: str | os.PathLike[str]) -> None:
@@ -143,29 +177,8 @@ class LocalStore:
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and key in self._cache
 
-    def __len__(self) -> int:
-        return len(self.keys())
-
     def keys(self) -> list[str]:
         return sorted(k for k in self._cache.iterkeys() if isinstance(k, str))
-
-    def items(self) -> Iterator[tuple[str, KernelRecord]]:
-        """Every valid record; corrupt entries are reported and skipped."""
-        for key in self.keys():
-            rec = self.get(key)
-            if rec is not None:
-                yield key, rec
-
-    def check(self) -> IntegrityReport:
-        """Read back every entry and sort the keys into ok and corrupt (with the reason)."""
-        report = IntegrityReport()
-        for key in self.keys():
-            try:
-                if self.read(key) is not None:
-                    report.ok.append(key)
-            except CorruptRecord as e:
-                report.corrupt[key] = str(e)
-        return report
 
     def clear(self) -> int:
         """Remove every record (search records stay; see :meth:`clear_searches`). Returns how many were removed."""

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Mapping
 
-from .local import LocalStore
-from .record import CorruptRecord, IntegrityReport, KernelRecord, check_key, is_key, report_corrupt
+from .local import LocalStore, RecordReader
+from .record import CorruptRecord, KernelRecord, check_key, is_key, report_corrupt
 
 SHIPPED_ENV = "KFORGE_SHIPPED_DIR"
 
@@ -31,7 +31,7 @@ def default_shipped_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path(forge_backend.__file__).resolve().parent.parent / "kernels_cache"
 
 
-class ShippedStore:
+class ShippedStore(RecordReader):
     """Read-only records from ``<directory>/<key>.json``."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
@@ -70,24 +70,6 @@ class ShippedStore:
     def __contains__(self, key: object) -> bool:
         return is_key(key) and (self.directory / f"{key}.json").is_file()
 
-    def __len__(self) -> int:
-        return len(self.keys())
-
-    def items(self) -> Iterator[tuple[str, KernelRecord]]:
-        for key in self.keys():
-            rec = self.get(key)
-            if rec is not None:
-                yield key, rec
-
-    def check(self) -> IntegrityReport:
-        report = IntegrityReport()
-        for key in self.keys():
-            try:
-                if self.read(key) is not None:
-                    report.ok.append(key)
-            except CorruptRecord as e:
-                report.corrupt[key] = str(e)
-        return report
 
 
 class TieredStore:

@@ -19,9 +19,7 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 import random
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +29,7 @@ from ...cards import OperatorCard
 from ...config import KforgeConfig
 from ...contract import Candidate
 from ...errors import CandidateFailure
+from ...fsutil import atomic_write
 from ..proposer import ParentView, Proposal
 from .client import ChatResult, LLMClient
 from .parse import action_line, parse_answer, screen_candidate, source_escape, to_candidate
@@ -104,19 +103,7 @@ class ResponseCache:
         entry = {"key": dataclasses.asdict(key), "text": result.text, "prompt_tokens": result.prompt_tokens,
                  "completion_tokens": result.completion_tokens, "model": result.model,
                  "finish_reason": result.finish_reason}
-        _atomic_write(self.path(key), json.dumps(entry, indent=1).encode())
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        atomic_write(self.path(key), json.dumps(entry, indent=1).encode())
 
 
 class LLMBudget:

@@ -93,7 +93,7 @@ def _isz(card: OperatorCard) -> int:
 
 
 def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
-    kind, isz = _kind(card), _isz(card)
+    kind = _kind(card)
     if kind in ("layer_norm", "rms_norm"):
         cols = card.sizes["cols"]
         vec = best_vec(cols, _tensors(card))
@@ -404,8 +404,8 @@ def _gn_normalise(card: OperatorCard, src: str) -> str:
         val = "to_f(p.v[j]) * a + bb"
     else:
         coef, val = "", "(to_f(p.v[j]) - m_r) * r_r"
-    out = [f"mean_out[gi] = from_f<TM>(mean);" if output_spec(card, 1) else "",
-           f"rstd_out[gi] = from_f<TR>(rstd);" if output_spec(card, 2) else ""]
+    out = ["mean_out[gi] = from_f<TM>(mean);" if output_spec(card, 1) else "",
+           "rstd_out[gi] = from_f<TR>(rstd);" if output_spec(card, 2) else ""]
     body = f"""const int c = g * D + (int)(e / HW); {coef} PO o;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});

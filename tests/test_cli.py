@@ -1,0 +1,76 @@
+"""The kforge command line on the CPU: version, doctor, cards and prewarm's planning."""
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from forge_backend import __version__
+from forge_backend.cli import app
+from forge_backend.config import KforgeConfig
+from forge_backend.inspect_model import model_cards
+from forge_backend.prewarm import PrewarmResult, plan
+
+QUICKSTART = str(Path(__file__).parent.parent / "examples" / "quickstart.py")
+runner = CliRunner()
+
+
+def test_version():
+    out = runner.invoke(app, ["--version"])
+    assert out.exit_code == 0 and __version__ in out.output
+
+
+def test_doctor_reports_each_piece():
+    out = runner.invoke(app, ["doctor", "--no-llm"])
+    assert out.exit_code == 0
+    for name in ("config", "torch", "GPU", "NVRTC", "cache"):
+        assert name in out.output
+
+
+def test_cards_prints_every_signature(tmp_path):
+    out = runner.invoke(app, ["cards", QUICKSTART, "--json", str(tmp_path / "cards.json")])
+    assert out.exit_code == 0, out.output
+    for op in ("aten.native_layer_norm.default", "aten._softmax.default", "aten.native_group_norm.default",
+               "aten.mean.dim"):
+        assert op in out.output
+    assert "4 distinct signatures" in out.output and (tmp_path / "cards.json").exists()
+
+
+def test_cards_bad_spec_is_a_clear_error():
+    out = runner.invoke(app, ["cards", "no_such_file.py"])
+    assert out.exit_code != 0 and "does not exist" in str(out.exception)
+
+
+def test_prewarm_without_gpu_lists_signatures_and_says_why():
+    out = runner.invoke(app, ["prewarm", QUICKSTART])
+    assert out.exit_code == 0, out.output
+    assert "4 distinct signatures" in out.output and "searching needs a GPU" in out.output
+
+
+class FakeStore:
+    def __init__(self, keys):
+        self.keys = set(keys)
+
+    def get(self, key):
+        return object() if key in self.keys else None
+
+
+def test_prewarm_plan_resumes_skips_small_and_orders_by_share():
+    cards = model_cards(QUICKSTART).cards
+    eager = {c.key: float(i + 1) for i, c in enumerate(cards)}  # later cards take longer
+    cfg = KforgeConfig.load({"min_share": 0.15}, env={})
+    items = plan(cards, eager, cfg, FakeStore([cards[-1].key]))
+    shares = [i.share for i in items]
+    assert shares == sorted(shares, reverse=True) and abs(sum(shares) - 1.0) < 1e-9
+    status = {i.card.key: i.status for i in items}
+    assert status[cards[-1].key] == "cached"  # a rerun skips what finished
+    assert status[cards[0].key].startswith("skipped: ")  # 10% of the time, under min_share
+    assert [s for s in status.values() if s == "search"]
+    forced = plan(cards, eager, cfg, FakeStore([cards[-1].key]), force=True)
+    assert {i.card.key: i.status for i in forced}[cards[-1].key] == "search"
+
+
+@pytest.mark.parametrize("decision,speedup,gain", [("kernel", 2.0, 0.25), ("pytorch", 2.0, 0.0), ("kernel", None, 0)])
+def test_expected_gain(decision, speedup, gain):
+    card = model_cards(QUICKSTART).cards[0]
+    r = PrewarmResult(card, 0.5, "searched", speedup=speedup, decision=decision)
+    assert r.expected_gain == pytest.approx(gain)
