@@ -7,7 +7,6 @@ given bandwidth, how often the signature occurs in the graph, and measured basel
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -196,7 +195,3 @@ def cards_for_graph(signatures: list[OpSignature]) -> list[OperatorCard]:
         counts[s.key()] = counts.get(s.key(), 0) + 1
         first.setdefault(s.key(), s)
     return [build_card(s, counts[k]) for k, s in first.items()]
-
-
-def prod(xs: Any) -> int:
-    return math.prod(int(x) for x in xs)

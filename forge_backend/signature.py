@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -281,11 +281,3 @@ def signature_of(node: torch.fx.Node, arch: str | None = None) -> OpSignature:
         used_outputs=used_outputs_of(node, len(outs)),
         arch=arch or arch_of(device),
     )
-
-
-def signature_from_json(text: str) -> OpSignature:
-    return OpSignature.from_json(json.loads(text))
-
-
-def signature_dict(sig: OpSignature) -> dict[str, Any]:
-    return asdict(sig)
