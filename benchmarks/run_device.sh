@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: install what is missing, run the GPU tests, then the benchmarks.
-#   bash benchmarks/run_device.sh [tests|bench|all] [extra args for bench_ops.py]
-# Logs and results go to $OUT (the device tool brings them back) and benchmarks/results/h200/.
+# The one script for the GPU machine (see /work/.library/device): install what the image lacks from the carried
+# wheels (.whl: diskcache, openai and its dependencies, diffusers), then, by the first argument:
+#   tests   the GPU tests (templates, runtime isolation, planted kernels, ResNet-50 cold/warm cache, LLM search)
+#   ops     benchmarks/bench_ops.py    -> ops.json/.md, first_kernels.json/.md
+#   models  benchmarks/bench_models.py -> models.json/.md
+#   overhead benchmarks/bench_overhead.py -> overhead.json/.md
+# Extra arguments go to the benchmark. Results and logs are written under $OUT, which the device tool brings back;
+# copy them into benchmarks/results/h200/ and commit them. Each stage fits one 10-minute call.
 set -uo pipefail
-what=${1:-all}; shift || true
+what=${1:-tests}; shift || true
 OUT=${OUT:-/tmp/kforge-out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 KFORGE_CACHE_DIR=/tmp/kforge-cache
+export PYTHONUNBUFFERED=1 KFORGE_CACHE_DIR=${KFORGE_CACHE_DIR:-/tmp/kforge-cache}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && export PYTHONPATH=/tmp/site:$PWD || exit 1
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  python3 -c "import torch, cuda.bindings; print('torch', torch.__version__, 'cuda-bindings', cuda.bindings.__version__)"
-} 2>&1 | tee "$OUT/env.txt"
-if [ "$what" = tests ] || [ "$what" = all ]; then
-  python3 -m pytest -q -m gpu tests -p no:cacheprovider -x --timeout=900 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
-fi
-if [ "$what" = bench ] || [ "$what" = all ]; then
-  python3 benchmarks/bench_ops.py "$@" 2>&1 | tee "$OUT/bench.log" | tail -60
-  cp benchmarks/results/h200/*.json benchmarks/results/h200/*.md "$OUT"/ 2>/dev/null
-fi
+case "$what" in
+  tests)
+    timeout 540 python3 -m pytest -q -p no:cacheprovider -m gpu tests -W ignore -rf > "$OUT/gpu_tests.log" 2>&1
+    tail -c 2500 "$OUT/gpu_tests.log" | tr -cd '\11\12\15\40-\176' ;;
+  ops)      timeout 560 python3 benchmarks/bench_ops.py --out "$OUT" "$@" > "$OUT/ops.log" 2>&1
+            grep -aE "eager .* ind " "$OUT/ops.log" | cut -c1-200 ;;
+  models)   timeout 560 python3 benchmarks/bench_models.py --out "$OUT" "$@" > "$OUT/models.log" 2>&1
+            grep -aE "^[a-z0-9_]+(::[a-z0-9_]+)?: " "$OUT/models.log" | cut -c1-700 ;;
+  overhead) timeout 120 python3 benchmarks/bench_overhead.py > "$OUT/overhead.log" 2>&1; cat "$OUT/overhead.log"
+            cp benchmarks/results/h200/overhead.* "$OUT"/ ;;
+  *) echo "usage: bash benchmarks/run_device.sh tests|ops|models|overhead [args]"; exit 2 ;;
+esac

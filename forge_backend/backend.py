@@ -94,8 +94,8 @@ def make_backend(provider: KernelProvider | None = None,
             _emit(report, on_report)
             return _run_inner(gm, example_inputs, cfg)
         try:
-            if cfg.inner == "inductor":
-                return _compile_with_inductor(gm, example_inputs, cfg, provider, report, on_report)
+            if cfg.inner == "inductor":  # compile_fx may mutate its input: keep gm intact for the fallback
+                return _compile_with_inductor(_copy_module(gm), example_inputs, cfg, provider, report, on_report)
             from torch._functorch.aot_autograd import aot_module_simplified
 
             fw = functools.partial(_forward_compiler, cfg=cfg, provider=provider, report=report, on_report=on_report)
