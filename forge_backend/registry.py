@@ -40,6 +40,18 @@ class KernelImpl:
         return [torch.empty_strided(s.shape, s.stride, dtype=to_dtype(s.dtype), device=device) for s in self.outputs]
 
 
+def conform(outputs: Sequence[torch.Tensor], specs: Sequence[TensorSpec]) -> list[torch.Tensor]:
+    """Outputs with exactly the strides the fake kernel promised. The ATen fallback may return another layout
+    (a channels-last input can give a contiguous group_norm output), and Inductor checks extern outputs' strides
+    against the fake ones; a copy into the promised layout keeps both honest."""
+    out = []
+    for o, s in zip(outputs, specs):
+        if tuple(o.stride()) != s.stride and o.numel() > 1:
+            o = torch.empty_strided(s.shape, s.stride, dtype=o.dtype, device=o.device).copy_(o)
+        out.append(o)
+    return out
+
+
 class KernelRegistry:
     def __init__(self) -> None:
         self._impls: dict[str, KernelImpl] = {}

@@ -12,7 +12,7 @@ import torch
 
 from forge_backend.cards import OperatorCard
 from forge_backend.reference import call_aten
-from forge_backend.registry import KernelImpl
+from forge_backend.registry import KernelImpl, conform
 from forge_backend.signature import OpSignature
 
 DEFAULT_OPS = (
@@ -47,6 +47,6 @@ class CpuProvider:
     def _runner(self, sig: OpSignature):
         def run(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
             self.calls[sig.op] += 1
-            return [o.clone() for o in call_aten(sig, inputs)]
+            return conform([o.clone() for o in call_aten(sig, inputs)], [sig.outputs[i] for i in sig.used_outputs])
 
         return run

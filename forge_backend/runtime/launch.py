@@ -22,6 +22,7 @@ from torch._dynamo.utils import counters
 from ..cards import OperatorCard
 from ..contract import Candidate, ResolvedLaunch, resolve_plan
 from ..errors import CandidateFailure, ContractViolation, PlanError, ToolchainUnavailable
+from ..registry import conform
 from ..signature import TensorSpec, to_dtype
 
 log = logging.getLogger("kforge")
@@ -139,7 +140,7 @@ class Launcher:
             if self.fallback is None:
                 raise CandidateFailure("launch", f"input pointer not aligned to {self.align} bytes")
             counters["kforge"]["alignment_fallback"] += 1
-            return self.fallback(inputs)
+            return conform(self.fallback(inputs), self.out_specs)
         self.launch_into(inputs, outputs)
         return outputs
 
