@@ -43,6 +43,7 @@ class CompileReport:
     candidates: int = 0
     signatures: int = 0
     replaced: list[tuple[str, str, float | None]] = field(default_factory=list)  # (op, key, speedup)
+    groups: int = 0  # pointwise groups among the candidates (fuse_pointwise); replaced as op "kforge.pointwise"
     skipped: list[tuple[str, str]] = field(default_factory=list)
     fallback: str | None = None
     seconds: float = 0.0
@@ -172,8 +173,8 @@ def _rewrite_or_keep(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: Kern
         report.replaced.clear()
         log.warning("kforge: rewrite failed (%s: %s); this graph runs without kforge kernels", type(e).__name__, e)
     report.seconds = time.perf_counter() - t0
-    log.info("kforge: %d ATen ops, %d candidates (%d signatures), %d replaced in %.2fs", report.ops_seen,
-             report.candidates, report.signatures, len(report.replaced), report.seconds)
+    log.info("kforge: %d ATen ops, %d candidates (%d signatures, %d pointwise groups), %d replaced in %.2fs",
+             report.ops_seen, report.candidates, report.signatures, report.groups, len(report.replaced), report.seconds)
     _emit(report, on_report)
     return gm
 
@@ -187,8 +188,11 @@ def _copy_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 def _plan_and_rewrite(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: KernelProvider | None,
                       report: CompileReport) -> None:
-    found = scan(gm, cfg.families, cfg.inner)
+    if cfg.fuse_pointwise and cfg.inner != "eager":
+        log.info("kforge: fuse_pointwise applies with inner='eager' only; Inductor fuses pointwise ops itself")
+    found = scan(gm, cfg.families, cfg.inner, fuse=cfg.fuse_pointwise and cfg.inner == "eager")
     report.ops_seen, report.candidates, report.skipped = found.ops_seen, len(found.candidates), found.skipped
+    report.groups = sum(1 for c in found.candidates if c.group is not None)
     if not found.candidates:
         return
     cards = found.cards()
@@ -201,10 +205,11 @@ def _plan_and_rewrite(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: Ker
         if impl is None:
             continue
         REGISTRY.register(impl)
-        replacements.append(Replacement(c.node, c.signature, impl))
+        replacements.append(Replacement(c.node, c.signature, impl, c.group))
         report.replaced.append((c.signature.op, impl.key, impl.speedup))
     apply(gm, replacements, direct=cfg.inner == "eager")
     counters["kforge"]["replaced_nodes"] += len(replacements)
+    counters["kforge"]["fused_groups"] += sum(1 for r in replacements if r.group is not None)
 
 
 kforge_backend = make_backend()

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import roofline
+from .expression import FUSED_OP, aten_text, parse
 from .selection import family_of
 from .signature import OpSignature, TensorSpec
 
@@ -49,6 +50,9 @@ _SEMANTICS: dict[str, str] = {
     "aten.mul.Tensor": "elementwise self * other (broadcasting)",
     "aten.div.Tensor": "elementwise self / other (broadcasting)",
     "aten._to_copy.default": "copy with a dtype/layout change (dtype={dtype})",
+    FUSED_OP: "fused pointwise expression: {expr}; over same-shape contiguous inputs x0..xk, one output element per "
+              "input element; each op computes in fp32 and PyTorch rounds its result to the op's dtype (type "
+              "promotion; to_<dtype> casts)",
 }
 
 
@@ -130,6 +134,8 @@ class OperatorCard:
 
 
 def reference_call(sig: OpSignature) -> str:
+    if sig.op == FUSED_OP:
+        return aten_text(parse(sig.scalar_args()["expr"]))
     parts = []
     for a in sig.args:
         parts.append(f"{a.name}" if a.tensor is not None else f"{a.name}={a.value!r}")
@@ -138,6 +144,7 @@ def reference_call(sig: OpSignature) -> str:
 
 def build_card(sig: OpSignature, occurrences: int = 1) -> OperatorCard:
     fam = family_of(sig.op)
+    family = "elementwise" if sig.op == FUSED_OP else fam.name if fam else "other"
     inputs = [NamedTensor(name, spec) for name, spec in sig.tensor_args()]
     outputs = [NamedTensor(f"out{i}", sig.outputs[i]) for i in sig.used_outputs]
     scalars = sig.scalar_args()
@@ -151,7 +158,7 @@ def build_card(sig: OpSignature, occurrences: int = 1) -> OperatorCard:
     return OperatorCard(
         key=sig.key(),
         op=sig.op,
-        family=fam.name if fam else "other",
+        family=family,
         semantics=semantics,
         reference=reference_call(sig),
         inputs=inputs,

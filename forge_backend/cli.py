@@ -148,14 +148,21 @@ def _print_cards_table(cards_, bandwidth_gbps: float) -> None:
     for col in ("op", "inputs", "x", "MiB moved", f"floor us @ {bandwidth_gbps:.0f} GB/s"):
         table.add_column(col)
     for c in cards_:
-        table.add_row(c.op.removeprefix("aten."), ", ".join(f"{t.spec.dtype}{list(t.spec.shape)}" for t in c.inputs),
+        table.add_row(_op_name(c), ", ".join(f"{t.spec.dtype}{list(t.spec.shape)}" for t in c.inputs),
                       str(c.occurrences), f"{c.bytes_min / 2**20:.2f}", f"{c.floor_us(bandwidth_gbps):.2f}")
     console.print(table)
 
 
+def _op_name(card) -> str:
+    """``softmax.default``; a fused pointwise group shows its expression."""
+    from .expression import FUSED_OP
+
+    return str(card.scalars.get("expr", card.op)) if card.op == FUSED_OP else card.op.removeprefix("aten.")
+
+
 def _label(card) -> str:
     shape = list(card.inputs[0].spec.shape) if card.inputs else []
-    return f"{card.op.removeprefix('aten.')} {shape} {card.inputs[0].spec.dtype if card.inputs else ''}"
+    return f"{_op_name(card)} {shape} {card.inputs[0].spec.dtype if card.inputs else ''}"
 
 
 def _print_prewarm_table(results) -> None:

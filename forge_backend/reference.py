@@ -1,11 +1,13 @@
 """Call the original ATen op for a signature: the reference for the verifier, the eager baseline for the timer,
-and the fallback when a call-time precondition fails."""
+and the fallback when a call-time precondition fails. A fused ``kforge.pointwise`` signature runs its expression's
+ATen ops, in eager's order and dtypes (expression.evaluate)."""
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 import torch
 
+from .expression import FUSED_OP, evaluate
 from .signature import OpSignature
 
 
@@ -31,6 +33,8 @@ def _scalar(v: Any) -> Any:
 def call_aten(sig: OpSignature, inputs: Sequence[torch.Tensor], **overrides: Any) -> list[torch.Tensor]:
     """Run the signature's op on ``inputs`` (its tensor args in schema order); return the used outputs.
     ``overrides`` replace scalar arguments by name (the verifier uses it to drop ``half_to_float`` for fp64)."""
+    if sig.op == FUSED_OP:
+        return [evaluate(str(sig.scalar_args()["expr"]), inputs)]
     fn = aten_overload(sig.op)
     it = iter(inputs)
     positional, kwargs = [], {}

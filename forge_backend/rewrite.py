@@ -4,6 +4,9 @@ A replaced node ``y = aten.op(x, ...)`` becomes ``r = kforge.kernel(key, [x, ...
 ops (``native_layer_norm`` returns (out, mean, rstd)) each ``getitem(node, i)`` user is re-pointed at the position
 of output i among the used outputs. With ``direct=True`` (the graph runs eagerly) the node calls the impl's launcher
 directly instead of going through the dispatcher, which saves the custom op's host overhead on every call.
+
+A pointwise group (fusion.py) becomes one call on the group's external inputs; its result replaces the group's
+output node, and the other members, whose users were all inside the group, are erased last to first.
 """
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from .expression import to_text
+from .fusion import Group, describe
 from .registry import KERNEL_OP, KernelImpl
 from .signature import OpSignature
 
@@ -23,6 +28,7 @@ class Replacement:
     node: torch.fx.Node
     signature: OpSignature
     impl: KernelImpl
+    group: Group | None = None  # a pointwise group; ``node`` is its output
 
 
 def tensor_input_nodes(node: torch.fx.Node, sig: OpSignature) -> list[torch.fx.Node]:
@@ -31,6 +37,14 @@ def tensor_input_nodes(node: torch.fx.Node, sig: OpSignature) -> list[torch.fx.N
 
     names = {n for n, _ in sig.tensor_args()}
     return [v for name, v in node_arguments(node) if name in names]
+
+
+def group_input_nodes(group: Group) -> list[torch.fx.Node]:
+    """The group's external inputs as the graph stands now (an earlier replacement may have re-pointed them)."""
+    root, inputs, _ = describe(group.output, group.members)
+    if to_text(root) != group.expr:
+        raise RuntimeError(f"pointwise group at {group.output.name} changed since capture: {group.expr}")
+    return inputs
 
 
 def _meta_outputs(node: torch.fx.Node, used: tuple[int, ...]) -> list[Any]:
@@ -53,7 +67,7 @@ def apply(gm: torch.fx.GraphModule, replacements: list[Replacement], direct: boo
     for r in replacements:
         node, sig = r.node, r.signature
         used = sig.used_outputs
-        inputs = tensor_input_nodes(node, sig)
+        inputs = group_input_nodes(r.group) if r.group is not None else tensor_input_nodes(node, sig)
         with graph.inserting_before(node):
             if direct:
                 call = graph.call_function(_as_function(r.impl.run), (inputs,))
@@ -71,6 +85,8 @@ def apply(gm: torch.fx.GraphModule, replacements: list[Replacement], direct: boo
                     # user here is getitem(node, i) with i in used
                     user.args = (call, used.index(user.args[1]))
         graph.erase_node(node)
+        for member in reversed(r.group.members[:-1] if r.group is not None else ()):
+            graph.erase_node(member)  # raises if a member still has users: the group was not closed
     if replacements:
         graph.lint()
         gm.recompile()

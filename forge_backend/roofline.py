@@ -15,12 +15,14 @@ as one FLOP each:
   mean, adaptive/avg pool    1 per input element + 1 per output element (the divide)
   max_pool2d                 1 per input element
   elementwise                per-op constant per output element (see _POINTWISE_FLOPS)
+  fused pointwise            the sum of its distinct ops' constants per output element (silu(x)*x: 4 + 1)
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from .expression import FUSED_OP, OPS, distinct_calls, parse
 from .signature import OpSignature
 
 _POINTWISE_FLOPS = {
@@ -56,6 +58,9 @@ def flops(sig: OpSignature) -> int:
         return x.numel + sig.outputs[0].numel
     if sig.op in _POINTWISE_FLOPS:
         return _POINTWISE_FLOPS[sig.op] * sig.outputs[0].numel
+    if sig.op == FUSED_OP:
+        calls = distinct_calls(parse(sig.scalar_args()["expr"]))
+        return sum(_POINTWISE_FLOPS[OPS[c.op].aten] for c in calls) * sig.outputs[0].numel
     return 0
 
 

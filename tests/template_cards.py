@@ -107,3 +107,13 @@ def binary(op, shape, dtype="float32", other_dtype=None, other=None, alpha=None)
 
 def to_copy(shape, dtype, out_dtype, channels_last=False) -> OperatorCard:
     return card_for("aten._to_copy.default", {"self": meta(shape, dtype, channels_last), "dtype": DTYPES[out_dtype]})
+
+
+def fused(expr: str, inputs: Sequence[tuple[Sequence[int], str]]) -> OperatorCard:
+    """A ``kforge.pointwise`` card; the output comes from evaluating the expression on meta tensors."""
+    from forge_backend.expression import FUSED_OP, evaluate, parse
+
+    xs = [meta(shape, dtype) for shape, dtype in inputs]
+    out = evaluate(parse(expr), xs)
+    args = tuple(ArgSpec(f"x{i}", TensorSpec.of(x)) for i, x in enumerate(xs)) + (ArgSpec("expr", value=expr),)
+    return build_card(OpSignature(FUSED_OP, args, (TensorSpec.of(out),), (0,), "sm_90"))

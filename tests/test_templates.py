@@ -73,6 +73,14 @@ CARDS = {
     "add_int_scalar": (lambda: tc.binary("aten.add.Tensor", (4, 4), other=3), "elementwise"),
     "to_bf16": (lambda: tc.to_copy((4096, 2047), "float32", "bfloat16"), "elementwise"),
     "to_f32_cl": (lambda: tc.to_copy((2, 3, 4, 5), "float16", "float32", channels_last=True), "elementwise"),
+    # fused pointwise groups (fusion.py)
+    "fused_silu_mul_bf16": (lambda: tc.fused("mul(silu(x0),x0)", [((16384, 4096), "bfloat16")]), "fused"),
+    "fused_gelu_add_odd": (lambda: tc.fused("add(gelu(x0),x1)", [((1001, 7), "float32")] * 2), "fused"),
+    "fused_relu_to_bf16": (lambda: tc.fused("to_bfloat16(mul(relu(x0),2.0))", [((1001, 7), "float32")]), "fused"),
+    "fused_div_scalar_f16": (lambda: tc.fused("div(sub(x0,1),-0.0)", [((4097,), "float16")]), "fused"),
+    "fused_mixed_shared": (lambda: tc.fused("add(mul(sub(x0,x1,alpha=0.5),sub(x0,x1,alpha=0.5)),gelu_tanh(x2))",
+                                            [((33, 7), "float16"), ((33, 7), "bfloat16"), ((33, 7), "float32")]),
+                           "fused"),
 }
 
 UNMATCHED = {
@@ -87,7 +95,22 @@ UNMATCHED = {
     "to_float64": lambda: tc.card_for("aten._to_copy.default", {"self": tc.meta((4, 4)), "dtype": tc.torch.float64}),
     "adaptive_pool_2x2": lambda: tc.card_for("aten._adaptive_avg_pool2d.default", {
         "self": tc.meta((2, 8, 7, 7)), "output_size": [2, 2]}),
+    "fused_broadcast": lambda: tc.fused("add(x0,x1)", [((4, 8), "float32"), ((8,), "float32")]),
+    "fused_wrong_output_dtype": lambda: _fused_with(out_dtype="float16"),
+    "fused_channels_last": lambda: _fused_with(channels_last=True),
 }
+
+
+def _fused_with(expr="mul(silu(x0),x0)", out_dtype="bfloat16", channels_last=False):
+    """A fused card that no template may serve: an output dtype promotion does not give, or a layout other than
+    row-major (fusion.py never builds these)."""
+    from forge_backend.cards import build_card
+    from forge_backend.expression import FUSED_OP
+    from forge_backend.signature import ArgSpec, OpSignature, TensorSpec
+
+    x = TensorSpec.of(tc.meta((2, 8, 4, 4), "bfloat16", channels_last))
+    out = TensorSpec.of(tc.meta((2, 8, 4, 4), out_dtype, channels_last))
+    return build_card(OpSignature(FUSED_OP, (ArgSpec("x0", x), ArgSpec("expr", value=expr)), (out,), (0,), "sm_90"))
 
 _compiled: dict[str, bool] = {}
 

@@ -16,6 +16,7 @@ PyTorch. The final output uses the plain exp, so a row that is entirely -inf sti
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Iterable
 
 from ...cards import OperatorCard
@@ -104,6 +105,26 @@ template <int NT, int TPR, class V, class Op> __device__ __forceinline__ V group
   return v;
 }
 """
+
+
+# fp32 math of one pointwise op on ``v`` (elementwise and fused families), keyed by expression.OPS names
+POINTWISE_MATH = {
+    "relu": "v < 0.f ? 0.f : v",  # keeps NaN, like PyTorch
+    "sigmoid": "1.f / (1.f + __expf(-v))",
+    "silu": "v / (1.f + __expf(-v))",
+    "tanh": "tanhf(v)",
+    "gelu": "0.5f * v * (1.f + erff(v * 0.70710678118654752f))",
+    "gelu_tanh": "0.5f * v * (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)))",
+}
+
+
+def float_literal(v: float) -> str:
+    """An exact float literal (C++17 hex float), rounded to fp32 like ATen's opmath scalar."""
+    if math.isnan(v):
+        return "CUDART_NAN_F"
+    if math.isinf(v):
+        return "CUDART_INF_F" if v > 0 else "-CUDART_INF_F"
+    return f"((float){float(v).hex()})"
 
 
 def cdiv(a: int, b: int) -> int:

@@ -9,23 +9,22 @@ grid of ~one wave looping over the data). The < vec leftover elements are done b
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
-from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, SMS, align_of, cdiv, consts, filter_actions, input_spec, launch,
-                     main_input, make_candidate, output_spec, same_layout, scale_knob, typedefs, vec_ok)
+from .common import (FLOAT_DTYPES, ITEMSIZE, POINTWISE_MATH, PREAMBLE, SMS, align_of, cdiv, consts, filter_actions,
+                     float_literal, input_spec, launch, main_input, make_candidate, output_spec, same_layout,
+                     scale_knob, typedefs, vec_ok)
 
 _UNARY = {
-    "aten.relu.default": "v < 0.f ? 0.f : v",  # keeps NaN, like PyTorch
-    "aten.sigmoid.default": "1.f / (1.f + __expf(-v))",
-    "aten.silu.default": "v / (1.f + __expf(-v))",
-    "aten.tanh.default": "tanhf(v)",
+    "aten.relu.default": POINTWISE_MATH["relu"],
+    "aten.sigmoid.default": POINTWISE_MATH["sigmoid"],
+    "aten.silu.default": POINTWISE_MATH["silu"],
+    "aten.tanh.default": POINTWISE_MATH["tanh"],
     "aten._to_copy.default": "v",
 }
-_GELU = {"none": "0.5f * v * (1.f + erff(v * 0.70710678118654752f))",
-         "tanh": "0.5f * v * (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)))"}
+_GELU = {"none": POINTWISE_MATH["gelu"], "tanh": POINTWISE_MATH["gelu_tanh"]}
 _BINARY = {"aten.add.Tensor": "v + ALPHA * u", "aten.sub.Tensor": "v - ALPHA * u", "aten.mul.Tensor": "v * u",
            "aten.div.Tensor": "v / u"}
 OPS = tuple(_UNARY) + ("aten.gelu.default",) + tuple(_BINARY)
@@ -109,15 +108,6 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
     return filter_actions(card, p, acts, valid)
 
 
-def _literal(v: float) -> str:
-    """An exact float literal (C++17 hex float), rounded to fp32 like ATen's opmath scalar."""
-    if math.isnan(v):
-        return "CUDART_NAN_F"
-    if math.isinf(v):
-        return "CUDART_INF_F" if v > 0 else "-CUDART_INF_F"
-    return f"((float){float(v).hex()})"
-
-
 def _source(card: OperatorCard, p: dict[str, Any]) -> str:
     x, y = main_input(card), output_spec(card, 0)
     vec, block, unroll = p["vec"], p["block"], p["unroll"]
@@ -128,9 +118,9 @@ def _source(card: OperatorCard, p: dict[str, Any]) -> str:
     u_param = "const TU* __restrict__ u, " if tensor_u else ""
     scal = ""
     if binary:
-        scal = f"constexpr float ALPHA = {_literal(card.scalars.get('alpha', 1))};\n"
+        scal = f"constexpr float ALPHA = {float_literal(card.scalars.get('alpha', 1))};\n"
         if not tensor_u:
-            scal += f"constexpr float U = {_literal(card.scalars['other'])};\n"
+            scal += f"constexpr float U = {float_literal(card.scalars['other'])};\n"
     u_pack = "const PU q = ldp<TU, VEC>(u + i * VEC);" if tensor_u else ""
     u_of_j = "to_f(q.v[j])" if tensor_u else "U" if binary else "0.f"
     u_tail = "to_f(u[e])" if tensor_u else "U" if binary else "0.f"

@@ -1,0 +1,168 @@
+"""Fused pointwise expressions (op ``kforge.pointwise``, built by fusion.py): one kernel evaluates a whole group.
+
+The inputs x0..xk and the output are same-shape, row-major tensors, so the kernel is one flat stream like the
+elementwise family, and it takes that family's knobs and their validity rules: ``vec`` elements per access (up to 16
+bytes for every operand; ``requires_align`` tells the runtime), ``block``, ``unroll`` and ``mode`` (``oneshot`` or a
+grid-``stride`` loop). Each thread loads one pack per input, evaluates the expression per element in fp32 with every
+distinct subexpression computed once, and stores one pack of the output.
+
+Note [fused rounding]
+Each intermediate value is rounded to the dtype eager gave it (its type-promotion dtype; a ``to_<dtype>`` cast
+rounds by definition) and widened back to fp32 for the next op. ATen computes every pointwise op in fp32 ("opmath")
+and stores its result in the op's dtype, so this repeats eager's arithmetic step by step (a division by a number
+multiplies by its reciprocal, as ATen's CUDA kernel does); only the transcendental approximations and the tensor
+division (``__expf``, ``tanhf``, ``erff``, ``/`` under --use_fast_math) differ, as in the single-op family. It costs
+a convert pair per bf16/fp16 intermediate, nothing next to the DRAM traffic. Inductor keeps intermediates in fp32
+instead; both pass the verifier (bf16 tolerance 1.6e-2 relative), and rounding keeps the fused kernel's output the
+closest to the eager model it replaces.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ...cards import OperatorCard
+from ...contract import Candidate
+from ...expression import FUSED_OP, OPS, Call, Const, Expr, Input, distinct_calls, n_inputs, parse, result_dtype
+from . import elementwise
+from .common import (CTYPE, FLOAT_DTYPES, POINTWISE_MATH, PREAMBLE, SMS, align_of, cdiv, consts, float_literal, launch,
+                     make_candidate, output_spec, typedefs)
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+
+# the knobs are the elementwise family's: a fused expression is still one flat stream
+root_params = elementwise.root_params
+seeds = elementwise.seeds
+valid = elementwise.valid
+actions = elementwise.actions
+
+
+def _expr(card: OperatorCard) -> Call | None:
+    try:
+        return parse(str(card.scalars.get("expr", "")))
+    except ValueError:
+        return None
+
+
+def matches(card: OperatorCard) -> bool:
+    if card.op != FUSED_OP:
+        return False
+    root, out = _expr(card), output_spec(card, 0)
+    if root is None or out is None or not card.inputs or out.numel == 0:
+        return False
+    specs = [t.spec for t in card.inputs] + [out]
+    if any(s.dtype not in FLOAT_DTYPES or s.shape != out.shape or not s.is_contiguous() for s in specs):
+        return False
+    if [t.name for t in card.inputs] != [f"x{i}" for i in range(n_inputs(root))]:
+        return False
+    return result_dtype(root, [t.spec.dtype for t in card.inputs]) == out.dtype
+
+
+def _value_lines(root: Call, in_dtypes: list[str]) -> list[str]:
+    """One ``const float tI = ...;`` per distinct call, operands first; the last line is the root's value."""
+    dtypes: dict[Expr, str] = {}
+    result_dtype(root, in_dtypes, dtypes)
+    names: dict[Expr, str] = {}
+
+    def ref(e: Expr) -> str:
+        if isinstance(e, Input):
+            return f"a{e.index}"
+        if isinstance(e, Const):
+            return float_literal(e.value)
+        return names[e]
+
+    lines = []
+    for i, c in enumerate(distinct_calls(root)):
+        op, args = OPS[c.op], [ref(a) for a in c.args]
+        if op.dtype is not None:
+            v = args[0]  # a cast: the rounding below (or the final store) is the whole op
+        elif op.arity == 1:
+            v = f"f_{c.op}({args[0]})"
+        elif c.op == "div" and isinstance(c.args[1], Const):
+            # ATen's CUDA true division by a CPU scalar multiplies by the reciprocal (BinaryDivTrueKernel.cu)
+            v = f"{args[0]} * {float_literal(_reciprocal(c.args[1].value))}"
+        else:
+            other = args[1] if c.alpha is None else f"{float_literal(c.alpha)} * {args[1]}"
+            v = f"{args[0]} {_INFIX[c.op]} {other}"
+        if c != root and dtypes[c] != "float32":  # Note [fused rounding]; the root is rounded by the store
+            v = f"round_to<{CTYPE[dtypes[c]]}>({v})"
+        names[c] = f"t{i}"
+        lines.append(f"  const float t{i} = {v};")
+    return lines
+
+
+def _reciprocal(c: int | float) -> float:
+    """1 / c in double, as ATen forms it (the literal then rounds it to fp32); 1 / +-0 is +-inf, 1 / nan is nan."""
+    return math.copysign(math.inf, float(c)) if c == 0 else 1.0 / c
+
+
+def _functions(root: Call) -> str:
+    used = sorted({c.op for c in distinct_calls(root) if c.op in POINTWISE_MATH})
+    return "\n".join(f"__device__ __forceinline__ float f_{n}(float v) {{ return {POINTWISE_MATH[n]}; }}" for n in used)
+
+
+def _source(card: OperatorCard, root: Call, p: dict[str, Any]) -> str:
+    k, out = len(card.inputs), output_spec(card, 0)
+    vec, numel = p["vec"], out.numel
+    lines = _value_lines(root, [t.spec.dtype for t in card.inputs])
+    a_params = ", ".join(f"float a{i}" for i in range(k))
+    x_params = "".join(f"const T{i}* __restrict__ x{i}, " for i in range(k))
+    loads = " ".join(f"const P{i} p{i} = ldp<T{i}, VEC>(x{i} + i * VEC);" for i in range(k))
+    at_j = ", ".join(f"to_f(p{i}.v[j])" for i in range(k))
+    at_e = ", ".join(f"to_f(x{i}[e])" for i in range(k))
+    pack = f"""{loads} PO o;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>(fx({at_j}));
+      stp<TO, VEC>(y + i * VEC, o);"""
+    if p["mode"] == "oneshot":
+        loop = f"""
+  const I base = (I)blockIdx.x * NT * UNROLL + threadIdx.x;
+#pragma unroll
+  for (int k = 0; k < UNROLL; ++k) {{
+    const I i = base + (I)k * NT;
+    if (i < NV) {{ {pack} }}
+  }}"""
+    else:
+        loop = f"""
+#pragma unroll 4
+  for (I i = (I)blockIdx.x * NT + threadIdx.x; i < NV; i += (I)gridDim.x * NT) {{ {pack} }}"""
+    tail = "" if numel % vec == 0 else f"""
+  if (blockIdx.x == 0 && threadIdx.x < N - NV * VEC) {{
+    const I e = NV * VEC + threadIdx.x;
+    y[e] = from_f<TO>(fx({at_e}));
+  }}"""
+    return f"""{PREAMBLE}
+{typedefs(**{f"T{i}": t.spec.dtype for i, t in enumerate(card.inputs)}, TO=out.dtype)}
+typedef {"long long" if numel > 2**31 - 1 - 1024 else "int"} I;
+{consts(N=numel, NV=numel // vec, VEC=vec, NT=p["block"], UNROLL=p["unroll"])}
+{chr(10).join(f"typedef Pack<T{i}, VEC> P{i};" for i in range(k))}
+typedef Pack<TO, VEC> PO;
+{_functions(root)}
+
+// {card.scalars["expr"]}
+__device__ __forceinline__ float fx({a_params}) {{
+{chr(10).join(lines)}
+  return t{len(lines) - 1};
+}}
+
+extern "C" __global__ __launch_bounds__(NT) void fused({x_params}TO* __restrict__ y) {{{loop}{tail}
+}}
+"""
+
+
+def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
+    root = _expr(card)
+    if root is None or not valid(card, p):
+        raise ValueError(f"fused params {p} are not valid for {card.scalars.get('expr')!r} {card.inputs[0].spec.shape}")
+    nv = max(card.inputs[0].spec.numel // p["vec"], 1)
+    if p["mode"] == "oneshot":
+        grid = cdiv(nv, p["block"] * p["unroll"])
+    else:
+        grid = max(1, min(cdiv(nv, p["block"]), SMS * (2048 // p["block"])))
+    args = [f"in:{t.name}" for t in card.inputs] + ["out:0"]
+    expr = str(card.scalars["expr"])
+    knobs = " ".join(f"{k}={v}" for k, v in sorted(p.items()))
+    desc = f"fused {expr if len(expr) <= 60 else expr[:57] + '...'} {knobs}"
+    specs = [t.spec for t in card.inputs] + [output_spec(card, 0)]
+    return make_candidate(_source(card, root, p), [launch("fused", grid, p["block"], args)], desc, p,
+                          align_of(p["vec"], specs))
