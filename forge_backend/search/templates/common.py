@@ -311,3 +311,19 @@ def filter_actions(card: OperatorCard, p: dict[str, Any], acts: list[tuple[str, 
 
 def freeze(p: dict[str, Any]) -> tuple:
     return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in p.items()))
+
+
+def stream_loop(mode: str, pack: str) -> str:
+    """The loop over NV vector packs of a flat elementwise kernel: ``oneshot`` gives each thread UNROLL packs of a
+    grid that covers the tensor once; otherwise a grid-stride loop. ``pack`` is the body for pack index ``i``."""
+    if mode == "oneshot":
+        return f"""
+  const I base = (I)blockIdx.x * NT * UNROLL + threadIdx.x;
+#pragma unroll
+  for (int k = 0; k < UNROLL; ++k) {{
+    const I i = base + (I)k * NT;
+    if (i < NV) {{ {pack} }}
+  }}"""
+    return f"""
+#pragma unroll 4
+  for (I i = (I)blockIdx.x * NT + threadIdx.x; i < NV; i += (I)gridDim.x * NT) {{ {pack} }}"""

@@ -15,7 +15,7 @@ from ...cards import OperatorCard
 from ...contract import Candidate
 from .common import (FLOAT_DTYPES, ITEMSIZE, POINTWISE_MATH, PREAMBLE, SMS, align_of, cdiv, consts, filter_actions,
                      float_literal, input_spec, launch, main_input, make_candidate, output_spec, same_layout,
-                     scale_knob, typedefs, vec_ok)
+                     scale_knob, stream_loop, typedefs, vec_ok)
 
 _UNARY = {
     "aten.relu.default": POINTWISE_MATH["relu"],
@@ -134,18 +134,7 @@ def _source(card: OperatorCard, p: dict[str, Any]) -> str:
 #pragma unroll
       for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>(op(to_f(p.v[j]), {u_of_j}));
       stp<TO, VEC>(y + i * VEC, o);"""
-    if p["mode"] == "oneshot":
-        loop = f"""
-  const I base = (I)blockIdx.x * NT * UNROLL + threadIdx.x;
-#pragma unroll
-  for (int k = 0; k < UNROLL; ++k) {{
-    const I i = base + (I)k * NT;
-    if (i < NV) {{ {pack} }}
-  }}"""
-    else:
-        loop = f"""
-#pragma unroll 4
-  for (I i = (I)blockIdx.x * NT + threadIdx.x; i < NV; i += (I)gridDim.x * NT) {{ {pack} }}"""
+    loop = stream_loop(p["mode"], pack)
     return f"""{PREAMBLE}
 {typedefs(T=x.dtype, TO=y.dtype)}
 {u_type}

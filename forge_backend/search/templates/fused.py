@@ -26,7 +26,7 @@ from ...contract import Candidate
 from ...expression import FUSED_OP, OPS, Call, Const, Expr, Input, distinct_calls, n_inputs, parse, result_dtype
 from . import elementwise
 from .common import (CTYPE, FLOAT_DTYPES, POINTWISE_MATH, PREAMBLE, SMS, align_of, cdiv, consts, float_literal, launch,
-                     make_candidate, output_spec, typedefs)
+                     make_candidate, output_spec, stream_loop, typedefs)
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
@@ -114,18 +114,7 @@ def _source(card: OperatorCard, root: Call, p: dict[str, Any]) -> str:
 #pragma unroll
       for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>(fx({at_j}));
       stp<TO, VEC>(y + i * VEC, o);"""
-    if p["mode"] == "oneshot":
-        loop = f"""
-  const I base = (I)blockIdx.x * NT * UNROLL + threadIdx.x;
-#pragma unroll
-  for (int k = 0; k < UNROLL; ++k) {{
-    const I i = base + (I)k * NT;
-    if (i < NV) {{ {pack} }}
-  }}"""
-    else:
-        loop = f"""
-#pragma unroll 4
-  for (I i = (I)blockIdx.x * NT + threadIdx.x; i < NV; i += (I)gridDim.x * NT) {{ {pack} }}"""
+    loop = stream_loop(p["mode"], pack)
     tail = "" if numel % vec == 0 else f"""
   if (blockIdx.x == 0 && threadIdx.x < N - NV * VEC) {{
     const I e = NV * VEC + threadIdx.x;
