@@ -109,18 +109,26 @@ def plan(cards: list[OperatorCard], eager_us: dict[str, float], cfg: KforgeConfi
 
 def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_op: float, gpus: int,
         on_progress: Callable[[Progress], None] | None = None,
-        on_done: Callable[[PrewarmResult], None] | None = None) -> list[PrewarmResult]:
-    """Search every item marked "search", ``gpus`` at a time (one worker process per GPU)."""
-    from .runtime.search_runner import run_search
-    from .runtime.worker import WorkerClient
+        on_done: Callable[[PrewarmResult], None] | None = None,
+        search: Callable | None = None, make_client: Callable[[int], object] | None = None) -> list[PrewarmResult]:
+    """Search every item marked "search", ``gpus`` at a time (one worker process per GPU). ``search`` and
+    ``make_client`` default to the real search and worker; tests inject fakes."""
     from .store.local import LocalStore
+
+    if search is None:
+        from .runtime.search_runner import run_search as search
+    if make_client is None:
+        from .runtime.worker import WorkerClient
+
+        def make_client(gpu: int) -> object:
+            return WorkerClient(cfg.cache_dir, gpu)
 
     todo = [i for i in items if i.status == "search"]
     results: list[PrewarmResult] = []
     store = LocalStore(cfg.cache_dir)
     lock = threading.Lock()
     free = list(range(max(gpus, 1)))
-    clients = {g: WorkerClient(cfg.cache_dir, g) for g in free}
+    clients = {g: make_client(g) for g in free}
 
     def one(item: PlanItem) -> PrewarmResult:
         with lock:
@@ -134,7 +142,7 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
                     on_progress(Progress(item.card.key, p.iteration, p.iterations_budget, p.best_speedup,
                                          p.best_pct_roofline, spent["tokens"], spent["cost_usd"]))
 
-            out = run_search(item.card, cfg, clients[gpu], store, iterations, seconds_per_op, on_progress=progress)
+            out = search(item.card, cfg, clients[gpu], store, iterations, seconds_per_op, on_progress=progress)
             res = _result(item, out)
         finally:
             with lock:

@@ -74,3 +74,53 @@ def test_expected_gain(decision, speedup, gain):
     card = model_cards(QUICKSTART).cards[0]
     r = PrewarmResult(card, 0.5, "searched", speedup=speedup, decision=decision)
     assert r.expected_gain == pytest.approx(gain)
+
+
+class FakeClient:
+    def __init__(self, gpu):
+        self.gpu, self.closed = gpu, False
+
+    def close(self):
+        self.closed = True
+
+
+def test_prewarm_runs_one_search_per_gpu_at_once(tmp_path):
+    """Two GPUs, two signatures: both searches must be in flight together, each on its own worker."""
+    import threading
+    from types import SimpleNamespace
+
+    from forge_backend.prewarm import run as run_prewarm
+
+    cards = model_cards(QUICKSTART).cards[:2]
+    cfg = KforgeConfig.load({"cache_dir": str(tmp_path)}, env={})
+    items = plan(cards, {c.key: 1.0 for c in cards}, cfg, FakeStore([]))
+    barrier = threading.Barrier(2, timeout=30)
+    used, clients = [], []
+
+    def fake_search(card, cfg_, client, store, iterations, seconds, on_progress=None):
+        used.append(client.gpu)
+        barrier.wait()  # raises BrokenBarrierError unless the other search runs at the same time
+        rec = SimpleNamespace(nodes=[], eager_us=10.0, floor_us=1.0, iterations=iterations, iterations_to_best=1,
+                              reason="fake")
+        return SimpleNamespace(result=SimpleNamespace(record=rec), seconds=0.0,
+                               record=SimpleNamespace(decision="kernel", timings={"kforge_us": 5.0,
+                                                                                  "speedup_vs_eager": 2.0}))
+
+    def make_client(gpu):
+        clients.append(FakeClient(gpu))
+        return clients[-1]
+
+    results = run_prewarm(items, cfg, 4, 10.0, gpus=2, search=fake_search, make_client=make_client)
+    assert sorted(used) == [0, 1] and len(results) == 2
+    assert all(r.decision == "kernel" and r.speedup == 2.0 for r in results)
+    assert all(c.closed for c in clients)
+
+
+@pytest.mark.parametrize("proposer,names", [("templates", ["templates"]), ("llm", ["llm"]),
+                                            ("mixed", ["templates", "llm"])])
+def test_proposer_option_picks_the_proposers(proposer, names, tmp_path):
+    from forge_backend.runtime.search_runner import make_proposers
+
+    cfg = KforgeConfig.load({"proposer": proposer, "llm_model": "m", "llm_base_url": "http://127.0.0.1:9/v1",
+                             "cache_dir": str(tmp_path)}, env={})
+    assert [p.name for p in make_proposers(cfg)] == names  # building the LLM proposer does no network I/O
