@@ -47,3 +47,60 @@ def test_llm_search_on_gpu(llm_server, tmp_path, monkeypatch):  # noqa: F811
     if os.environ.get("TEST_ARTIFACTS_DIR"):
         Path(os.environ["TEST_ARTIFACTS_DIR"], "llm_search_tree.json").write_text(json.dumps(stored, indent=1))
     print("decision:", rec.decision, rec.reason)
+
+
+class RootOnly:
+    """The template proposer limited to its root proposal: the baseline an LLM kernel has to beat."""
+
+    name = "templates"
+
+    def __init__(self) -> None:
+        from forge_backend.search.templates import TemplateProposer
+
+        self.inner, self.done = TemplateProposer(), False
+
+    def propose(self, card, parent, rng):
+        if parent.candidate is not None or self.done:
+            return None
+        self.done = True
+        return self.inner.propose(card, parent, rng)
+
+
+def test_llm_kernel_faster_than_the_template_root_wins(llm_server, tmp_path, monkeypatch):  # noqa: F811
+    """The loopback server serves a correct kernel that is faster than the template library's root for
+    group_norm [1,512,256,256] bf16 (found by timing template variants in this run); a mixed search must pick
+    the LLM's kernel, verify it and cache it."""
+    import template_cards as tc
+    from forge_backend.runtime.evaluator import WorkerEvaluator
+    from forge_backend.search.templates import family_for
+    from llm_serving import reply_for
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    card = tc.group_norm(1, 512, 256, 256, dtype="bfloat16", used=(0,))
+    fam = family_for(card)
+    root = fam.root_params(card)
+    client = WorkerClient(tmp_path, 0)
+    evaluator = WorkerEvaluator(client, card.arch, tmp_path)
+
+    def timed(params):
+        cand = fam.generate(card, params)
+        ev = evaluator.evaluate(card, cand, evaluator.compile(cand))
+        return (ev.time_us if ev.ok else float("inf")), cand
+
+    try:
+        root_us, _ = timed(root)
+        variants = [q for s in fam.seeds(card) for q in [s] + [p for _, p in fam.actions(card, s)] if q != root]
+        best_us, best = min((timed(p) for p in variants[:12]), key=lambda tc_: tc_[0])
+        if not best_us < 0.95 * root_us:
+            pytest.skip(f"no template variant beats the root ({root_us:.1f} us) by 5% here (best {best_us:.1f})")
+        llm_server.push(reply_for(best, "a different group-norm strategy"))
+        cfg = llm_config(llm_server, tmp_path, proposer="mixed")
+        proposers = [RootOnly(), LLMProposer(cfg, client=LLMClient(cfg, backoff_s=0.01))]
+        out = run_search(card, cfg, client, LocalStore(tmp_path), iterations=2, seconds=300, proposers=proposers)
+    finally:
+        client.close()
+    rec = out.result.record
+    assert rec.decision == "kernel", rec.reason
+    assert rec.node(rec.winner_id).proposer == "llm", rec.reason
+    assert LocalStore(tmp_path).get(card.key).provenance["proposer"] == "llm"
+    print(f"root {root_us:.1f} us, served {best_us:.1f} us:", rec.reason)
