@@ -132,12 +132,6 @@ class KforgeConfig:
             values[name] = _coerce(name, f.type, raw, source)
         return cls(**values)
 
-    def as_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["cache_dir"] = str(self.cache_dir)
-        d["families"] = list(self.families)
-        return d
-
 
 def _coerce(name: str, type_name: Any, raw: Any, source: str) -> Any:
     type_name = str(type_name)

@@ -37,10 +37,6 @@ class ModelSpecError(KforgeError):
     """A MODEL_SPEC could not be loaded; the message says what was expected."""
 
 
-class CacheBypass(KforgeError):
-    """Raised where a result must not be cached (for example a search that was interrupted)."""
-
-
 class CandidateFailure(KforgeError):
     """A candidate failed in a named way. ``stage`` is one of STAGES; ``log`` carries the compiler or verifier text."""
 

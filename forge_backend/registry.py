@@ -69,9 +69,6 @@ class KernelRegistry:
     def __contains__(self, key: str) -> bool:
         return key in self._impls
 
-    def unregister(self, key: str) -> None:
-        self._impls.pop(key, None)
-
     def keys(self) -> list[str]:
         return list(self._impls)
 
