@@ -57,7 +57,25 @@ def first_call_s(fn, inputs) -> tuple[float, object]:
     return time.perf_counter() - t0, out
 
 
-def bench(spec: str, cache: Path, iterations: int) -> dict:
+def profile(fn, inputs, path: Path) -> None:
+    """Where a compiled model spends its time: dynamo counters and the top ops by host and device time."""
+    from torch._dynamo.utils import counters
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    fn(*inputs)
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            fn(*inputs)
+        torch.cuda.synchronize()
+    avg = prof.key_averages()
+    text = [f"dynamo counters: { {k: dict(v) for k, v in counters.items() if v} }",
+            avg.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=60),
+            avg.table(sort_by="self_cuda_time_total", row_limit=30, max_name_column_width=60)]
+    path.write_text("\n".join(text))
+
+
+def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = None) -> dict:
     from forge_backend.backend import make_backend
     from forge_backend.modelspec import load
     from forge_backend.store.local import LocalStore
@@ -77,6 +95,9 @@ def bench(spec: str, cache: Path, iterations: int) -> dict:
         kfe = torch.compile(model, backend=make_backend(on_report=reports.append), options=opts)
         cold, out_e = first_call_s(kfe, inputs)
         kforge_eager = median_ms(kfe, inputs)
+        if profile_dir is not None:
+            profile(kfe, inputs, profile_dir / f"profile_{Path(spec.partition('::')[0]).stem}_kforge_eager.txt")
+            profile(model, inputs, profile_dir / f"profile_{Path(spec.partition('::')[0]).stem}_eager.txt")
         torch._dynamo.reset()
         kfi = torch.compile(model, backend="kforge", options={**opts, "inner": "inductor"})
         _, out_i = first_call_s(kfi, inputs)
@@ -107,6 +128,7 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=8)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "h200")
     ap.add_argument("--cache-dir", type=Path, default=None)
+    ap.add_argument("--profile", action="store_true", help="also write a torch.profiler summary per model")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("bench_models needs a CUDA GPU; none is visible here.")
@@ -118,7 +140,7 @@ def main() -> None:
         model, _, setting = item.partition("::")
         spec = f"{EXAMPLES / model}.py" + (f"::{setting}" if setting else "")
         try:
-            row = bench(spec, cache, args.iterations)
+            row = bench(spec, cache, args.iterations, args.out if args.profile else None)
         except Exception as e:  # one broken model must not lose the others; reported in the table
             log(f"{item}: FAILED {type(e).__name__}: {str(e)[:400]}")
             rows.append({"model": model, "setting": setting, "error": f"{type(e).__name__}: {str(e)[:200]}"})

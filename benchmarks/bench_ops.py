@@ -33,7 +33,8 @@ def _nbytes(ts) -> int:
     return sum(t.numel() * t.element_size() for t in ts)
 
 
-def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device) -> tuple[dict, list[dict]]:
+def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device,
+              trees_dir: Path) -> tuple[dict, list[dict]]:
     from forge_backend.backend import make_backend
     from forge_backend.store.local import LocalStore
 
@@ -68,11 +69,13 @@ def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device) -> tuple
         log(f"  search {s.get('op')}: {s.get('iterations')} it, stop {s.get('stop_reason')}, {len(ok)} ok of "
             f"{len(s.get('nodes', [])) - 1}, best {best} us vs eager {s.get('eager_us')}: {s.get('decision')}; "
             f"failures {_failures(s)}")
-    its, firsts = [], []
+        _dump_tree(trees_dir, row, s)
+    its, firsts, winners = [], [], []
     for r in reports:
         for op, key, _ in r.replaced:
             rec = store.get(key)
             its.append((rec.timings if rec else {}).get("iterations_to_best"))
+            winners.append((rec.candidate or {}).get("description", "") if rec else "")
     for key in _NEW:  # every signature searched for this row, replaced or not
         firsts += _first_kernel(row, store.get_search(key) or {})
     _NEW.clear()
@@ -81,12 +84,27 @@ def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device) -> tuple
            "pct_bw": 100.0 * floor / kforge, "speedup_vs_eager": eager / kforge,
            "speedup_vs_inductor": inductor / kforge, "iterations_to_best": its[0] if len(its) == 1 else its,
            "search_s": search_s, "replaced": ",".join(o.removeprefix("aten.") for o in replaced) or "none",
-           "iterations": iterations}
+           "iterations": iterations, "winner": "; ".join(w for w in winners if w)}
     return out, firsts
 
 
 _SEEN: set[str] = set()
 _NEW: list[str] = []
+
+
+def _dump_tree(trees_dir: Path, row, search: dict) -> None:
+    """One line per node of the search (action, status, time, description), so a run shows what the search tried."""
+    trees_dir.mkdir(parents=True, exist_ok=True)
+    name = f"{row.name}__{search.get('op', 'op').removeprefix('aten.')}".replace("/", "_").replace(" ", "")
+    lines = [f"# {row.name} {search.get('op')} eager {search.get('eager_us')} us floor {search.get('floor_us')} us "
+             f"decision {search.get('decision')}"]
+    for n in search.get("nodes", []):
+        desc = (n.get("candidate") or {}).get("description", "")
+        t = n.get("time_us")
+        lines.append(f"{n.get('id'):>3} <- {n.get('parent')!s:>4} it {n.get('iteration'):>3} {n.get('status'):>6} "
+                     f"{'' if t is None else f'{t:8.1f}us'} | {n.get('action')} | {desc} | "
+                     f"{(n.get('failure_reason') or '')[:120]}")
+    (trees_dir / f"{name}.txt").write_text("\n".join(lines) + "\n")
 
 
 def _failures(search: dict) -> dict:
@@ -113,7 +131,7 @@ def _first_kernel(row, search: dict) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", default="", help="only rows whose name contains this")
+    ap.add_argument("--rows", default="", help="only rows whose name contains one of these comma-separated strings")
     ap.add_argument("--iterations", type=int, default=50, help="search iterations for the seed rows")
     ap.add_argument("--quick-iterations", type=int, default=12, help="search iterations for the other rows")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "h200")
@@ -132,11 +150,11 @@ def main() -> None:
     env = environment(" ".join(["python"] + sys.argv))
     env["copy_bandwidth_GBps"] = round(bw, 1)
     for row in ROWS:
-        if args.rows and args.rows not in row.name:
+        if args.rows and not any(part.strip() in row.name for part in args.rows.split(",")):
             continue
         its = args.iterations if row.name in SEED_ROWS else args.quick_iterations
         try:
-            r, f = bench_row(row, timer, bw, cache_dir, its, device)
+            r, f = bench_row(row, timer, bw, cache_dir, its, device, args.out / "trees")
         except Exception as e:  # one broken row must not lose the others; it is reported as such
             log(f"{row.name}: FAILED {type(e).__name__}: {e}")
             rows.append({"op": row.op, "shape": list(row.shape), "dtype": str(row.dtype), "error": str(e)[:300]})

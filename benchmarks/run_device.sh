@@ -5,7 +5,7 @@
 #   ops     benchmarks/bench_ops.py    -> ops.json/.md, first_kernels.json/.md
 #   models  benchmarks/bench_models.py -> models.json/.md
 #   overhead benchmarks/bench_overhead.py -> overhead.json/.md
-# Extra arguments go to the benchmark. Results and logs are written under $OUT, which the device tool brings back;
+# Extra arguments go to the benchmark; T=SECONDS bounds the stage (default 540) so stages can share one call. Results and logs are written under $OUT, which the device tool brings back;
 # copy them into benchmarks/results/h200/ and commit them. Each stage fits one 10-minute call.
 set -uo pipefail
 what=${1:-tests}; shift || true
@@ -16,11 +16,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
 case "$what" in
   tests)
-    timeout 540 python3 -m pytest -q -p no:cacheprovider -m gpu tests -W ignore -rf > "$OUT/gpu_tests.log" 2>&1
+    timeout ${T:-540} python3 -m pytest -q -p no:cacheprovider -m gpu tests -W ignore -rf --durations=12 > "$OUT/gpu_tests.log" 2>&1
     tail -c 2500 "$OUT/gpu_tests.log" | tr -cd '\11\12\15\40-\176' ;;
-  ops)      timeout 560 python3 benchmarks/bench_ops.py --out "$OUT" "$@" > "$OUT/ops.log" 2>&1
+  ops)      timeout ${T:-560} python3 benchmarks/bench_ops.py --out "$OUT" "$@" > "$OUT/ops.log" 2>&1
             grep -aE "eager .* ind " "$OUT/ops.log" | cut -c1-200 ;;
-  models)   timeout 560 python3 benchmarks/bench_models.py --out "$OUT" "$@" > "$OUT/models.log" 2>&1
+  models)   timeout ${T:-560} python3 benchmarks/bench_models.py --out "$OUT" "$@" > "$OUT/models.log" 2>&1
             grep -aE "^[a-z0-9_]+(::[a-z0-9_]+)?: " "$OUT/models.log" | cut -c1-700 ;;
   overhead) timeout 120 python3 benchmarks/bench_overhead.py > "$OUT/overhead.log" 2>&1; cat "$OUT/overhead.log"
             cp benchmarks/results/h200/overhead.* "$OUT"/ ;;
