@@ -10,6 +10,7 @@ its search happens on the first call. Writes ops.json/.md and first_kernels.json
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import tempfile
@@ -95,7 +96,7 @@ _NEW: list[str] = []
 def _dump_tree(trees_dir: Path, row, search: dict) -> None:
     """One line per node of the search (action, status, time, description), so a run shows what the search tried."""
     trees_dir.mkdir(parents=True, exist_ok=True)
-    name = f"{row.name}__{search.get('op', 'op').removeprefix('aten.')}".replace("/", "_").replace(" ", "")
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{row.name}__{search.get('op', 'op').removeprefix('aten.')}")
     lines = [f"# {row.name} {search.get('op')} eager {search.get('eager_us')} us floor {search.get('floor_us')} us "
              f"decision {search.get('decision')}"]
     for n in search.get("nodes", []):

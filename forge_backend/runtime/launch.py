@@ -112,11 +112,17 @@ class Launcher:
         self._validate_pointers()
 
     def _raise_smem_limits(self) -> None:
+        """Opt in to dynamic shared memory over 48 KB, and to cluster sizes over 8 (sm_90 allows 16 as a
+        non-portable size; a kernel declares its cluster shape with ``__cluster_dims__``)."""
         drv = _driver()
         attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        cluster = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
         for l in self.launches:
+            fn = self.module.functions[l.kernel]
             if l.smem > 48 * 1024:
-                _check(drv.cuFuncSetAttribute(self.module.functions[l.kernel], attr, l.smem), "cuFuncSetAttribute")
+                _check(drv.cuFuncSetAttribute(fn, attr, l.smem), "cuFuncSetAttribute")
+            if "__cluster_dims__" in self.candidate.source:
+                _check(drv.cuFuncSetAttribute(fn, cluster, 1), "cuFuncSetAttribute(non-portable cluster size)")
 
     def _validate_pointers(self) -> None:
         for block in self._blocks:

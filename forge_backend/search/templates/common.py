@@ -56,6 +56,23 @@ template <typename T, int N> __device__ __forceinline__ void stp(T* p, const Pac
   *reinterpret_cast<Pack<T, N>*>(p) = x;
 }
 
+// The same, with streaming cache hints: a last read (ld.global.cs) and a write that should not stay in L2
+// (st.global.cs), so that data a kernel re-reads later is not evicted by its own output.
+template <typename T, int N> __device__ __forceinline__ Pack<T, N> ldp_cs(const T* p) {
+  Pack<T, N> r;
+  if constexpr (sizeof(r) == 16) *reinterpret_cast<uint4*>(&r) = __ldcs(reinterpret_cast<const uint4*>(p));
+  else if constexpr (sizeof(r) == 8) *reinterpret_cast<uint2*>(&r) = __ldcs(reinterpret_cast<const uint2*>(p));
+  else if constexpr (sizeof(r) == 4) *reinterpret_cast<unsigned*>(&r) = __ldcs(reinterpret_cast<const unsigned*>(p));
+  else r = *reinterpret_cast<const Pack<T, N>*>(p);
+  return r;
+}
+template <typename T, int N> __device__ __forceinline__ void stp_cs(T* p, const Pack<T, N>& x) {
+  if constexpr (sizeof(x) == 16) __stcs(reinterpret_cast<uint4*>(p), *reinterpret_cast<const uint4*>(&x));
+  else if constexpr (sizeof(x) == 8) __stcs(reinterpret_cast<uint2*>(p), *reinterpret_cast<const uint2*>(&x));
+  else if constexpr (sizeof(x) == 4) __stcs(reinterpret_cast<unsigned*>(p), *reinterpret_cast<const unsigned*>(&x));
+  else *reinterpret_cast<Pack<T, N>*>(p) = x;
+}
+
 __device__ __forceinline__ float sexp(float v, float m) { return m == -CUDART_INF_F ? 0.f : __expf(v - m); }
 
 struct Sum { __device__ __forceinline__ float operator()(float a, float b) const { return a + b; } };
@@ -263,8 +280,9 @@ def row_fill(src: str) -> str:
   }}"""
 
 
-def row_loop(src: str, body: str) -> str:
-    """Run ``body`` on each of this thread's packs ``p`` (at column ``col``) from the cache or from global."""
+def row_loop(src: str, body: str, load: str = "ldp") -> str:
+    """Run ``body`` on each of this thread's packs ``p`` (at column ``col``) from the cache or from global (read
+    with ``load``: ``ldp``, or ``ldp_cs`` for a last read)."""
     if src in ("reg", "smem"):
         slot = "c[i]" if src == "reg" else "c[i * TPR + lane]"
         return f"""
@@ -276,7 +294,7 @@ def row_loop(src: str, body: str) -> str:
     return f"""
   if (ok) {{
 #pragma unroll 4
-    for (int col = cbeg + lane * VEC; col < cend; col += TPR * VEC) {{ const P p = ldp<T, VEC>(xr + col); {body} }}
+    for (int col = cbeg + lane * VEC; col < cend; col += TPR * VEC) {{ const P p = {load}<T, VEC>(xr + col); {body} }}
   }}"""
 
 

@@ -13,8 +13,11 @@ Strategies per op (``params["strategy"]``):
   ``split``: pass 1 writes per-chunk (count, mean, M2) to scratch; pass 2 blocks each combine their group's K partials
   (Chan's formula, fixed order, so every block gets identical stats) and normalise their chunk.
   ``sync``: one launch; blocks take tickets (an atomic counter) so a group's K chunks belong to blocks that are all
-  running; each block keeps its chunk in registers, publishes its partial, waits on the group's arrival counter,
-  combines and writes. The input is read from DRAM once (2 reads for ``split``).
+  running; each block publishes its chunk's partial, waits on the group's arrival counter, combines and writes.
+  ``cache=reg`` keeps the chunk in registers (the input is read from DRAM once); ``cache=none`` keeps nothing, so
+  more blocks are resident, and re-reads the chunk, from L2 while the resident chunks fit there.
+  ``stream`` (split and sync) makes the last read of the input and the write of the output streaming accesses
+  (ld/st.global.cs), so the output does not push input that is still to be re-read out of L2.
 
 Note [ticket barrier progress]
 A block waits only for blocks holding the other tickets of its group. Tickets are taken in order by blocks that are
@@ -117,13 +120,13 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
     block = clamp(pow2_ceil(cdiv(gs, vec * 4)), 64, 512)  # small groups: fewer idle threads
     if strategy == "sync":  # the fewest registers per thread that keep K <= 64 chunks per group
         for bpt in (16, 32, 64, 128, 256):
-            p = {"strategy": "sync", "vec": vec, "block": block, "bpt": bpt}
+            p = {"strategy": "sync", "vec": vec, "block": block, "bpt": bpt, "cache": "reg", "stream": False}
             if valid(card, p) and _sync_k(card, p) <= 64:
                 return p
         return p
     ng = card.sizes["N"] * card.sizes["G"]
     k = clamp(cdiv(8 * SMS, ng), 1, max(1, cdiv(gs, block * vec)))
-    return {"strategy": "split", "vec": vec, "block": block, "k": k, "reverse": True}
+    return {"strategy": "split", "vec": vec, "block": block, "k": k, "reverse": True, "stream": False}
 
 
 def root_params(card: OperatorCard) -> dict[str, Any]:
@@ -190,13 +193,17 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     if not vec_ok(vec, gcd(hw, gs), _tensors(card)):
         return False
     ng = card.sizes["N"] * card.sizes["G"]
+    if not isinstance(p.get("stream", False), bool):
+        return False
     if s == "split":
         k = p.get("k", 0)
         return 1 <= k <= max(1, cdiv(gs, vec)) and ng * k < 2**31 and isinstance(p.get("reverse"), bool)
-    bpt = p.get("bpt", 0)
-    if bpt not in (16, 32, 64, 128, 256) or bpt % (vec * isz) or bpt * block > REG_CACHE_BLOCK:
+    bpt, cache = p.get("bpt", 0), p.get("cache", "reg")
+    if bpt not in (16, 32, 64, 128, 256) or bpt % (vec * isz) or cache not in ("reg", "none"):
         return False
-    regs = 40 + bpt // 4  # rough estimate of registers per thread
+    if cache == "reg" and bpt * block > REG_CACHE_BLOCK:
+        return False
+    regs = 40 + (bpt // 4 if cache == "reg" else 0)  # rough estimate of registers per thread
     resident = SMS * max(1, min(2048 // block, 65536 // (block * regs)))
     return _sync_k(card, p) <= resident // 2 and ng * _sync_k(card, p) < 2**31
 
@@ -206,10 +213,14 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
     acts = [(f"strategy {p['strategy']} -> {s}", defaults(card, s)) for s in STRATEGIES[kind] if s != p["strategy"]]
     for name in ("vec", "block", "tpr", "unroll", "k", "bpt"):
         acts += scale_knob(p, name)
-    if "cache" in p:
+    if "cache" in p and kind != "group_norm":
         acts.append(knob(p, "cache", "none" if p["cache"] == "reg" else "reg"))
     if "reverse" in p:
         acts.append(knob(p, "reverse", not p["reverse"]))
+    if kind == "group_norm":
+        acts.append(knob(p, "stream", not p.get("stream", False)))
+        if p["strategy"] == "sync":
+            acts.append(knob(p, "cache", "none" if p.get("cache", "reg") == "reg" else "reg"))
     return filter_actions(card, p, acts, valid)
 
 
@@ -395,7 +406,7 @@ def _gn_stat_dtype(card: OperatorCard, index: int) -> str:
     return "float32" if w is not None and w.dtype == "float32" else x.dtype
 
 
-def _gn_normalise(card: OperatorCard, src: str) -> str:
+def _gn_normalise(card: OperatorCard, src: str, stream: bool = False) -> str:
     """Finalise stats, write mean/rstd once per group, then normalise this block's chunk (cached or re-read)."""
     has_w, has_b = input_spec(card, "weight") is not None, input_spec(card, "bias") is not None
     if has_w or has_b:  # ATen's fused form: y = x * a + b with a = rstd * w[c], b = bias[c] - a * mean
@@ -409,7 +420,7 @@ def _gn_normalise(card: OperatorCard, src: str) -> str:
     body = f"""const int c = g * D + (int)(e / HW); {coef} PO o;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});
-      stp<TO, VEC>(yg + e, o);"""
+      {"stp_cs" if stream else "stp"}<TO, VEC>(yg + e, o);"""
     if src == "reg":
         loop = f"""
 #pragma unroll
@@ -420,7 +431,7 @@ def _gn_normalise(card: OperatorCard, src: str) -> str:
     else:
         loop = f"""
 #pragma unroll 4
-  for (I e = beg + threadIdx.x * VEC; e < end; e += NT * VEC) {{ const P p = ldp<T, VEC>(xg + e); {body} }}"""
+  for (I e = beg + threadIdx.x * VEC; e < end; e += NT * VEC) {{ const P p = {"ldp_cs" if stream else "ldp"}<T, VEC>(xg + e); {body} }}"""
     return f"""
   const float4 st = group_stats(part, gi, red4);
   const float mean = st.y, rstd = rsqrtf(fmaxf(st.z / st.x, 0.f) + eps);
@@ -487,7 +498,7 @@ extern "C" __global__ __launch_bounds__(NT) void gn_apply({params}) {{
   __shared__ float4 red4[32];
   const long long bi = REV ? (TOTAL - 1 - (long long)blockIdx.x) : (long long)blockIdx.x;
   const long long gi = bi / K;
-  const int k = (int)(bi % K);{chunk}{_gn_normalise(card, "global")}
+  const int k = (int)(bi % K);{chunk}{_gn_normalise(card, "global", p.get("stream", False))}
 }}
 """
         launches = [launch("gn_stats", ng * k, block, ["in:input", "scratch:part"]), launch("gn_apply", ng * k, block, args)]
@@ -505,32 +516,7 @@ extern "C" __global__ __launch_bounds__(NT) void gn_sync({params}) {{
   __syncthreads();
   const int t = ticket;
   const long long gi = t / K;
-  const int k = t % K;{chunk}
-  P cache[NIT];
-#pragma unroll
-  for (int i = 0; i < NIT; ++i) {{
-    const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
-    if (e < end) cache[i] = ldp<T, VEC>(xg + e);
-  }}
-  const float n = (float)(end - beg);
-  float s = 0.f;
-#pragma unroll
-  for (int i = 0; i < NIT; ++i) {{
-    if (beg + ((I)i * NT + threadIdx.x) * VEC < end) {{
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) s += to_f(cache[i].v[j]);
-    }}
-  }}
-  const float mb = group_all<NT, NT>(s, Sum(), red) / n;
-  float q = 0.f;
-#pragma unroll
-  for (int i = 0; i < NIT; ++i) {{
-    if (beg + ((I)i * NT + threadIdx.x) * VEC < end) {{
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {{ const float d = to_f(cache[i].v[j]) - mb; q += d * d; }}
-    }}
-  }}
-  q = group_all<NT, NT>(q, Sum(), red);
+  const int k = t % K;{chunk}{_gn_sync_stats(p.get("cache", "reg"))}
   if (threadIdx.x == 0) {{
     part[t] = make_float4(n, mb, q, 0.f);
     __threadfence();
@@ -538,13 +524,61 @@ extern "C" __global__ __launch_bounds__(NT) void gn_sync({params}) {{
     while (*(volatile int*)(sync + 1 + gi) < K) {{ }}
     __threadfence();
   }}
-  __syncthreads();{_gn_normalise(card, "reg")}
+  __syncthreads();{_gn_normalise(card, "reg" if p.get("cache", "reg") == "reg" else "global", p.get("stream", False))}
 }}
 """
         launches = [launch("gn_sync", ng * k, block, args)]
         scratch = {"part": (ng * k * 16, False), "sync": ((1 + ng) * 4, True)}
     desc = "group_norm " + " ".join(f"{k_}={v}" for k_, v in sorted(p.items())) + f" K={k}"
     return make_candidate(source, launches, desc, p, align_of(vec, _tensors(card)), scratch)
+
+
+def _gn_sync_stats(cache: str) -> str:
+    """This block's chunk statistics for ``gn_sync``: n, mb (mean) and q (M2); with ``reg`` the chunk stays in
+    ``cache`` for the write, with ``none`` it is summed once, shifted by its first value, and not kept."""
+    if cache == "none":
+        return """
+  __shared__ float2 red2[32];
+  const float n = (float)(end - beg);
+  const float shift = to_f(xg[beg]);
+  float2 a = make_float2(0.f, 0.f);
+#pragma unroll
+  for (int i = 0; i < NIT; ++i) {
+    const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
+    if (e < end) {
+      const P p = ldp<T, VEC>(xg + e);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) { const float d = to_f(p.v[j]) - shift; a.x += d; a.y += d * d; }
+    }
+  }
+  a = group_all<NT, NT>(a, Sum2(), red2);
+  const float mb = shift + a.x / n, q = fmaxf(a.y - a.x * a.x / n, 0.f);"""
+    return """
+  P cache[NIT];
+#pragma unroll
+  for (int i = 0; i < NIT; ++i) {
+    const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
+    if (e < end) cache[i] = ldp<T, VEC>(xg + e);
+  }
+  const float n = (float)(end - beg);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < NIT; ++i) {
+    if (beg + ((I)i * NT + threadIdx.x) * VEC < end) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) s += to_f(cache[i].v[j]);
+    }
+  }
+  const float mb = group_all<NT, NT>(s, Sum(), red) / n;
+  float q = 0.f;
+#pragma unroll
+  for (int i = 0; i < NIT; ++i) {
+    if (beg + ((I)i * NT + threadIdx.x) * VEC < end) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) { const float d = to_f(cache[i].v[j]) - mb; q += d * d; }
+    }
+  }
+  q = group_all<NT, NT>(q, Sum(), red);"""
 
 
 def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:

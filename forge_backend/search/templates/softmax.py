@@ -4,13 +4,18 @@ Strategies (``params["strategy"]``):
 
 * ``group``   TPR <= 32 threads per row, several rows per block (short rows: cols <= ~2K).
 * ``block``   one block per row; the row cached in registers, in shared memory, or re-read from global (L2).
-* ``cluster`` one sm_90 thread-block cluster per row: CS blocks each hold a chunk in registers, exchange (max, sum)
-              through distributed shared memory and write their chunk. The row is read from DRAM once, which is
-              what long rows with few rows need (Gemma logits [64, 262144]: 128 MB moved, floor 31.6 us, where a
-              two-pass split reads 192 MB).
+* ``cluster`` one sm_90 thread-block cluster per row (CS <= 8 blocks, or 16 with the non-portable size the
+              launcher allows): each block takes a chunk, the blocks exchange (max, sum) through distributed shared
+              memory and write their chunk. ``cache=reg`` holds the chunk in registers, so the row is read from DRAM
+              once (Gemma logits [64, 262144]: 128 MB moved, floor 31.6 us, where a two-pass split reads 192 MB);
+              ``cache=none`` keeps no chunk, so many more blocks are resident, and re-reads it (from L2 while the
+              working set fits there).
 * ``split``   two launches for rows too long for a cluster: per-chunk (max, sum) partials to scratch, then every
               chunk combines its row's partials and writes. ``reverse`` walks pass 2 backwards so it first
               re-reads the chunks pass 1 read last, which are still in L2.
+
+``stream`` (cluster and split) makes the last read of the input and the write of the output streaming accesses
+(ld/st.global.cs), so the output does not evict input that is still to be re-read from L2.
 
 Statistics are fp32 and reduced in a fixed order (bit-identical repeats). See Note [safe exp] in common.py for -inf.
 """
@@ -80,9 +85,9 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
         cs = next((c for c in (2, 4, 8) if _chunk(cols, c, vec) * isz <= 64 * 1024 and rows * c >= 2 * SMS), 8)
         chunk = _chunk(cols, cs, vec)
         block = clamp(pow2_ceil(cdiv(chunk, vec * 8)), 128, 1024)
-        return {"strategy": "cluster", "vec": vec, "block": block, "cs": cs}
+        return {"strategy": "cluster", "vec": vec, "block": block, "cs": cs, "cache": "reg", "stream": False}
     splits = clamp(cdiv(8 * SMS, rows), 2, max(2, cols // 8192))  # ~8 blocks per SM, chunks of >= 8K elements
-    return {"strategy": "split", "vec": vec, "block": 512, "splits": splits, "reverse": True}
+    return {"strategy": "split", "vec": vec, "block": 512, "splits": splits, "reverse": True, "stream": False}
 
 
 def root_params(card: OperatorCard) -> dict[str, Any]:
@@ -117,12 +122,16 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
             return False  # most threads would hold nothing
         return {"reg": _reg_fits(nit, vec, isz, block), "smem": nit * block * vec * isz <= SMEM_LIMIT,
                 "none": True}.get(p.get("cache"), False)
+    if s in ("cluster", "split") and not isinstance(p.get("stream", False), bool):
+        return False
     if s == "cluster":
-        cs = p.get("cs")
-        if cs not in (2, 4, 8) or rows * cs > 2**31 - 1 or cols < cs * vec:
+        cs, cache = p.get("cs"), p.get("cache", "reg")
+        if cs not in (2, 4, 8, 16) or rows * cs > 2**31 - 1 or cols < cs * vec or cache not in ("reg", "none"):
             return False
         chunk = _chunk(cols, cs, vec)
-        return block <= max(128, pow2_ceil(cdiv(chunk, vec))) and _reg_fits(cdiv(chunk, block * vec), vec, isz, block)
+        if block > max(128, pow2_ceil(cdiv(chunk, vec))):
+            return False
+        return cache == "none" or _reg_fits(cdiv(chunk, block * vec), vec, isz, block)
     splits = p.get("splits", 0)
     return 2 <= splits <= cols // max(vec, 1) and rows * splits <= 2**31 - 1 and isinstance(p.get("reverse"), bool)
 
@@ -131,7 +140,9 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
     acts = [(f"strategy {p['strategy']} -> {s}", defaults(card, s)) for s in STRATEGIES if s != p["strategy"]]
     acts += scale_knob(p, "vec") + scale_knob(p, "block") + scale_knob(p, "tpr") + scale_knob(p, "cs")
     acts += scale_knob(p, "splits")
-    if "cache" in p:
+    if p["strategy"] == "cluster":
+        acts.append(knob(p, "cache", "none" if p.get("cache", "reg") == "reg" else "reg"))
+    elif "cache" in p:
         for c in ("reg", "smem", "none"):
             if c != p["cache"]:
                 q = {k: v for k, v in p.items() if k != "online"}
@@ -143,6 +154,8 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
         acts.append(knob(p, "online", not p["online"]))
     if "reverse" in p:
         acts.append(knob(p, "reverse", not p["reverse"]))
+    if p["strategy"] in ("cluster", "split"):
+        acts.append(knob(p, "stream", not p.get("stream", False)))
     return filter_actions(card, p, acts, valid)
 
 
@@ -175,11 +188,12 @@ def _stats(src: str, online: bool) -> str:
   s = group_all<NT, TPR>(s, Sum(), red);"""
 
 
-def _write(src: str, log: bool) -> str:
+def _write(src: str, log: bool, stream: bool = False) -> str:
     val = "to_f(p.v[j]) - m - lse" if log else "__expf(to_f(p.v[j]) - m) * inv"
     pre = "const float lse = __logf(s);" if log else "const float inv = 1.f / s;"
-    body = f"PO o;\n#pragma unroll\n for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});\n stp<TO, VEC>(yr + col, o);"
-    return f"\n  {pre}{row_loop(src, body)}"
+    st = "stp_cs" if stream else "stp"
+    body = f"PO o;\n#pragma unroll\n for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});\n {st}<TO, VEC>(yr + col, o);"
+    return f"\n  {pre}{row_loop(src, body, 'ldp_cs' if stream else 'ldp')}"
 
 
 def _header(card: OperatorCard, p: dict[str, Any], **sizes: int) -> str:
@@ -218,13 +232,16 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_rows(const T* __restric
 
 def _cluster_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     cols, block, vec, cs = card.sizes["cols"], p["block"], p["vec"], p["cs"]
+    cache, stream = p.get("cache", "reg"), p.get("stream", False)
+    src = "reg" if cache == "reg" else "global"
     chunk = _chunk(cols, cs, vec)
     return _header(card, p, TPR=block, NT=block, CS=cs, CHUNK=chunk, NIT=cdiv(chunk, block * vec)) + f"""
-// One cluster of CS blocks per row; block `rank` holds columns [rank * CHUNK, (rank + 1) * CHUNK) in registers.
+// One cluster of CS blocks per row; block `rank` takes columns [rank * CHUNK, (rank + 1) * CHUNK){" in registers" if cache == "reg" else ""}.
 // The cluster shape sits on a declaration: the contract's kernel pattern wants `void NAME(` on the definition.
 extern "C" __global__ __cluster_dims__(CS, 1, 1) void softmax_cluster(const T* __restrict__ x, TO* __restrict__ y);
 extern "C" __global__ __launch_bounds__(NT) void softmax_cluster(const T* __restrict__ x, TO* __restrict__ y) {{
   __shared__ float red[32];
+  __shared__ float2 red2[32];
   __shared__ float2 part, stat;
   const int lane = threadIdx.x;
   const long long row = blockIdx.x / CS;
@@ -233,7 +250,7 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_cluster(const T* __rest
   const T* xr = x + row * (long long)COLS;
   TO* yr = y + row * (long long)COLS;
   const int cbeg = rank * CHUNK, cend = min(cbeg + CHUNK, COLS);
-  P c[NIT];{row_fill("reg")}{_stats("reg", False)}
+  {"P c[NIT];" + row_fill("reg") if cache == "reg" else ""}{_stats(src, cache == "none")}
   if (threadIdx.x == 0) part = make_float2(m, s);
   __cluster_barrier_arrive();
   __cluster_barrier_wait();
@@ -246,7 +263,7 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_cluster(const T* __rest
   __cluster_barrier_arrive();  // done reading the other blocks' shared memory
   __syncthreads();
   {{
-    const float m = stat.x, s = stat.y;{_write("reg", log)}
+    const float m = stat.x, s = stat.y;{_write(src, log, stream)}
   }}
   __cluster_barrier_wait();  // no block leaves while another may still read its `part`
 }}
@@ -285,7 +302,7 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_fin(const T* __restrict
   float2 ms = make_float2(-CUDART_INF_F, 0.f);
   for (int i = threadIdx.x; i < S; i += NT) ms = MaxSum()(ms, part[row * S + i]);
   ms = group_all<NT, NT>(ms, MaxSum(), red2);
-  const float m = ms.x, s = ms.y;{_write("global", log)}
+  const float m = ms.x, s = ms.y;{_write("global", log, p.get("stream", False))}
 }}
 """
 

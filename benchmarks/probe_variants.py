@@ -1,0 +1,113 @@
+"""Time hand-picked template variants of one signature, without a search: where does each strategy land?
+
+    python benchmarks/probe_variants.py [--only softmax] [--out DIR]
+
+A development tool for the template library. Every variant is compiled, verified and timed in the search worker
+(the same verifier and device-event timer as a search), so a faulting or hanging variant only costs its worker.
+The grids below name the knobs worth comparing at the anchor rows the templates miss; the printout is one line per
+variant with its time, % of the measured copy bandwidth and speedup over eager.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+import template_cards as tc  # noqa: E402
+
+from forge_backend.cards import OperatorCard  # noqa: E402
+from forge_backend.errors import CandidateFailure  # noqa: E402
+from forge_backend.search.templates import family_for  # noqa: E402
+
+
+def grid(**axes: Any) -> Iterator[dict[str, Any]]:
+    keys = list(axes)
+    for values in itertools.product(*(v if isinstance(v, (list, tuple)) else [v] for v in axes.values())):
+        yield dict(zip(keys, values))
+
+
+def softmax_variants(vec: int) -> list[dict[str, Any]]:
+    out = list(grid(strategy="cluster", vec=vec, block=[256, 512], cs=[8, 16], cache="reg", stream=[False, True]))
+    out += list(grid(strategy="cluster", vec=vec, block=[256, 512, 1024], cs=[8, 16], cache="none",
+                     stream=[False, True]))
+    out += list(grid(strategy="split", vec=vec, block=[256, 512], splits=[8, 16, 32], reverse=True,
+                     stream=[False, True]))
+    return out
+
+
+def group_norm_variants(vec: int) -> list[dict[str, Any]]:
+    out = list(grid(strategy="sync", vec=vec, block=[256, 512], bpt=[32, 64, 128, 256], cache="reg", stream=False))
+    out += list(grid(strategy="sync", vec=vec, block=[256, 512, 1024], bpt=[64, 128, 256], cache="none",
+                     stream=[False, True]))
+    out += list(grid(strategy="split", vec=vec, block=[256, 512], k=[8, 16, 32], reverse=True, stream=[False, True]))
+    return out
+
+
+def cases() -> list[tuple[str, OperatorCard, list[dict[str, Any]]]]:
+    return [
+        ("softmax [64,262144] fp32", tc.softmax((64, 262144), "float32"), softmax_variants(4)),
+        ("softmax [64,262144] bf16", tc.softmax((64, 262144), "bfloat16"), softmax_variants(8)),
+        ("group_norm [1,512,256,256] bf16", tc.group_norm(1, 512, 256, 256, dtype="bfloat16", used=(0,)),
+         group_norm_variants(8)),
+        ("group_norm [1,512,256,256] fp32", tc.group_norm(1, 512, 256, 256, dtype="float32", used=(0,)),
+         group_norm_variants(4)),
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="", help="only cases whose name contains this")
+    ap.add_argument("--out", type=Path, default=None, help="write probe.json here")
+    args = ap.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("probe_variants needs a CUDA GPU; none is visible here.")
+        return
+    from forge_backend.runtime.nvrtc import compile_candidate
+    from forge_backend.runtime.worker import WorkerClient
+
+    client = WorkerClient(None, 0, timeout_s=20)
+    results = []
+    try:
+        for name, card, variants in cases():
+            if args.only and args.only not in name:
+                continue
+            fam = family_for(card)
+            base = client.call({"cmd": "baseline", "card": card.to_json()})
+            print(f"== {name}: eager {base['eager_us']:.1f} us, floor {base['floor_us']:.1f} us", flush=True)
+            for p in variants:
+                if not fam.valid(card, p):
+                    print(f"   invalid {p}")
+                    continue
+                cand = fam.generate(card, p)
+                row: dict[str, Any] = {"case": name, "params": p, "description": cand.description}
+                try:
+                    cubin = compile_candidate(cand, card.arch).cubin
+                    r = client.call({"cmd": "evaluate", "card": card.to_json(), "candidate": cand.to_json(),
+                                     "cubin": cubin})
+                    if r["ok"]:
+                        row.update(time_us=r["time_us"], pct_bw=r["pct_bw"], speedup=r["speedup"])
+                    else:
+                        row["failed"] = f"{r['verify_report']['failed_check']}: {r['verify_report']['message']}"
+                except CandidateFailure as e:
+                    row["failed"] = f"{e.stage}: {e.message[:200]}"
+                results.append(row)
+                if "time_us" in row:
+                    print(f"   {row['time_us']:8.1f} us {row['pct_bw']:5.1f}% bw {row['speedup']:5.2f}x  "
+                          f"{cand.description}", flush=True)
+                else:
+                    print(f"   FAILED {row['failed'][:150]}  {cand.description}", flush=True)
+    finally:
+        client.close()
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "probe.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
