@@ -15,8 +15,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   && export PYTHONPATH=/tmp/site:$PWD || exit 1
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
 case "$what" in
-  tests)
-    timeout ${T:-540} python3 -m pytest -q -p no:cacheprovider -m gpu tests -W ignore -rf --durations=12 > "$OUT/gpu_tests.log" 2>&1
+  tests)  # extra arguments choose test files (default: every GPU-marked test)
+    TEST_ARTIFACTS_DIR=$OUT timeout ${T:-540} python3 -m pytest -q -p no:cacheprovider -m gpu -W ignore -rf --durations=12 "${@:-tests}" > "$OUT/gpu_tests.log" 2>&1
     tail -c 2500 "$OUT/gpu_tests.log" | tr -cd '\11\12\15\40-\176' ;;
   ops)      timeout ${T:-560} python3 benchmarks/bench_ops.py --out "$OUT" "$@" > "$OUT/ops.log" 2>&1
             grep -aE "eager .* ind " "$OUT/ops.log" | cut -c1-200 ;;

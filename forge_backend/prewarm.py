@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
@@ -46,6 +47,9 @@ class PrewarmResult:
     tokens: int = 0
     cost_usd: float = 0.0
     reason: str = ""
+    gpu: int | None = None  # the device index whose worker ran the search
+    started: float | None = None  # unix time the search began and ended (shows searches overlapping across GPUs)
+    finished: float | None = None
 
     @property
     def expected_gain(self) -> float:
@@ -142,8 +146,10 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
                     on_progress(Progress(item.card.key, p.iteration, p.iterations_budget, p.best_speedup,
                                          p.best_pct_roofline, spent["tokens"], spent["cost_usd"]))
 
+            started = time.time()
             out = search(item.card, cfg, clients[gpu], store, iterations, seconds_per_op, on_progress=progress)
             res = _result(item, out)
+            res.gpu, res.started, res.finished = gpu, started, time.time()
         finally:
             with lock:
                 free.append(gpu)

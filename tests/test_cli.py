@@ -112,6 +112,8 @@ def test_prewarm_runs_one_search_per_gpu_at_once(tmp_path):
 
     results = run_prewarm(items, cfg, 4, 10.0, gpus=2, search=fake_search, make_client=make_client)
     assert sorted(used) == [0, 1] and len(results) == 2
+    assert sorted(r.gpu for r in results) == [0, 1]
+    assert max(r.started for r in results) < min(r.finished for r in results)  # the two searches overlapped
     assert all(r.decision == "kernel" and r.speedup == 2.0 for r in results)
     assert all(c.closed for c in clients)
 

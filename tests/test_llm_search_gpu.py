@@ -103,4 +103,8 @@ def test_llm_kernel_faster_than_the_template_root_wins(llm_server, tmp_path, mon
     assert rec.decision == "kernel", rec.reason
     assert rec.node(rec.winner_id).proposer == "llm", rec.reason
     assert LocalStore(tmp_path).get(card.key).provenance["proposer"] == "llm"
+    if os.environ.get("TEST_ARTIFACTS_DIR"):
+        Path(os.environ["TEST_ARTIFACTS_DIR"], "llm_beats_template_root_tree.json").write_text(
+            json.dumps({"root_us": root_us, "served_us": best_us,
+                        "search": LocalStore(tmp_path).get_search(card.key)}, indent=1))
     print(f"root {root_us:.1f} us, served {best_us:.1f} us:", rec.reason)

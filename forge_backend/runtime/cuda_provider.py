@@ -4,6 +4,14 @@ Per card, in order: a kernel already loaded in this process; a trusted local rec
 cache makes that 0 NVRTC compiles and 0 timings); an untrusted (shipped or imported) record, re-verified in the
 worker first; else, with ``search="on_miss"`` and a template family for the op, an MCTS search within the compile's
 budget. A failure for one card is logged once with its op and leaves that op to PyTorch (strict: raised).
+
+Note [the baseline inside Inductor]
+A record says its kernel beats *eager*. Inside Inductor (``inner="inductor"``) the op would otherwise run as
+Inductor's own kernel, often much faster than eager, and a replaced node also costs Inductor its fusions around
+it. So under Inductor a kernel is used only when it beats Inductor's compiled version of the same single op by the
+margin. That time is measured once per signature in the worker (device time of a CUDA-graph replay, so Inductor's
+Python wrapper is not counted against it) and kept in the record as ``timings["inductor_us"]``. The comparison
+favours Inductor: in the real graph Inductor may also fuse the op with its neighbours, which only makes it faster.
 """
 from __future__ import annotations
 
@@ -53,6 +61,7 @@ class CudaProvider:
         self.store = TieredStore(self.local, ShippedStore())
         self._client: WorkerClient | None = None
         self._loaded: dict[str, KernelImpl] = {}
+        self._vs_inductor: dict[str, bool] = {}  # key -> the kernel beats Inductor's single-op time
 
     @classmethod
     def shared(cls, cfg: KforgeConfig) -> "CudaProvider":
@@ -84,9 +93,37 @@ class CudaProvider:
                 log.warning("kforge: %s %s left to PyTorch: %s: %s", card.op,
                             [list(t.spec.shape) for t in card.inputs[:1]], type(e).__name__, e)
                 continue
+            if impl is not None and cfg.inner == "inductor" and not self._beats_inductor(card, cfg):
+                counters["kforge"]["kept_for_inductor"] += 1
+                continue
             if impl is not None:
                 impls[card.key] = impl
         return impls
+
+    def _beats_inductor(self, card: OperatorCard, cfg: KforgeConfig) -> bool:
+        """Note [the baseline inside Inductor]."""
+        if card.key in self._vs_inductor:
+            return self._vs_inductor[card.key]
+        record = self.store.get(card.key)
+        if record is None or record.decision != "kernel":
+            return False
+        ind = record.timings.get("inductor_us")
+        if ind is None:
+            try:
+                ind = float(self.client.call({"cmd": "inductor_baseline", "card": card.to_json()},
+                                             timeout_s=600)["inductor_us"])
+            except (CandidateFailure, RuntimeError) as e:
+                log.warning("kforge: could not time Inductor's %s (%s); left to Inductor", card.op, e)
+                self._vs_inductor[card.key] = False
+                return False
+            if record.source == "local":
+                self.local.put(record.replace(timings={**record.timings, "inductor_us": ind}))
+        kf = record.timings.get("kforge_us")
+        ok = kf is not None and kf * (1.0 + cfg.margin) < ind
+        log.info("kforge: %s kernel %.1f us vs Inductor %.1f us: %s", card.op, kf or float("nan"), ind,
+                 "replaced" if ok else "left to Inductor")
+        self._vs_inductor[card.key] = ok
+        return ok
 
     def _kernel_for(self, card: OperatorCard, cfg: KforgeConfig, deadline: float) -> KernelImpl | None:
         if card.key in self._loaded:

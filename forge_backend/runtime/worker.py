@@ -14,6 +14,7 @@ Protocol (dicts over a multiprocessing pipe; cubins travel as bytes):
 """
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing as mp
 import os
@@ -161,6 +162,8 @@ class _WorkerState:
             return self.evaluate(card, req)
         if cmd == "remeasure":
             return self.remeasure(card, req)
+        if cmd == "inductor_baseline":
+            return {"inductor_us": self.inductor_us(card)}
         raise ValueError(f"unknown worker command {cmd!r}")
 
     def timing_inputs(self, card) -> list:
@@ -187,6 +190,34 @@ class _WorkerState:
             sig, inputs = card.signature_obj(), self.timing_inputs(card)
             self._eager[card.key] = self.timer.time(lambda: call_aten(sig, inputs)).median_us
         return self._eager[card.key]
+
+    def inductor_us(self, card) -> float:
+        """Device time of Inductor's compiled version of the op alone, replayed from a CUDA graph (so its Python
+        wrapper is not timed); see Note [the baseline inside Inductor] in cuda_provider.py."""
+        from ..reference import call_aten
+
+        torch = self.torch
+        sig, inputs = card.signature_obj(), self.timing_inputs(card)
+        torch._dynamo.reset()
+        fn = torch.compile(lambda *xs: call_aten(sig, list(xs)), dynamic=False)
+        with torch.no_grad():
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                for _ in range(3):
+                    fn(*inputs)  # compile, then settle allocations before capture
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            try:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    fn(*inputs)
+                run = graph.replay
+            except RuntimeError as e:  # not capturable: time the call, wrapper included (favours the kernel less)
+                log.info("kforge worker: Inductor's %s is not CUDA-graph capturable (%s); timing calls", card.op, e)
+                run = functools.partial(fn, *inputs)
+            t = self.timer.time(run).median_us
+        torch._dynamo.reset()
+        return t
 
     def _launcher(self, card, req):
         from ..contract import Candidate
