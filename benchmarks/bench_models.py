@@ -104,7 +104,6 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
         kforge_inductor = median_ms(kfi, inputs)
         if profile_dir is not None:
             profile(kfi, inputs, profile_dir / f"profile_{Path(spec.partition('::')[0]).stem}_kforge_inductor.txt")
-            profile(ind, inputs, profile_dir / f"profile_{Path(spec.partition('::')[0]).stem}_inductor.txt")
         torch._dynamo.reset()  # warm compiles: Inductor's caches and kforge's cache are both warm now
         ind_warm, _ = first_call_s(torch.compile(model), inputs)
         torch._dynamo.reset()
