@@ -62,14 +62,22 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="", help="only cases whose name contains this")
     ap.add_argument("--out", type=Path, default=None, help="write probe.json here")
+    ap.add_argument("--flush-only", action="store_true",
+                    help="only time eager with a read and a write L2 flush (Note [why flush before each repeat])")
     args = ap.parse_args()
     import torch
 
     if not torch.cuda.is_available():
         print("probe_variants needs a CUDA GPU; none is visible here.")
         return
+    from forge_backend.measure import Timer
+    from forge_backend.reference import call_aten
     from forge_backend.runtime.nvrtc import compile_candidate
     from forge_backend.runtime.worker import WorkerClient
+    from forge_backend.verify import make_inputs
+
+    dev = torch.device("cuda", 0)
+    timers = {f: Timer(dev, flush=f) for f in ("read", "write")}
 
     client = WorkerClient(None, 0, timeout_s=20)
     results = []
@@ -78,8 +86,17 @@ def main() -> None:
             if args.only and args.only not in name:
                 continue
             fam = family_for(card)
+            inputs, sig = make_inputs(card, "normal", 99, dev), card.signature_obj()
+            flushed = {f: t.time(lambda: call_aten(sig, inputs)).median_us for f, t in timers.items()}
+            inputs = None  # free the memory before the worker allocates its own
+            results.append({"case": name, "eager_us_read_flush": flushed["read"],
+                            "eager_us_write_flush": flushed["write"]})
+            print(f"== {name}: eager {flushed['read']:.1f} us after a read flush, {flushed['write']:.1f} us after a "
+                  f"write flush", flush=True)
+            if args.flush_only:
+                continue
             base = client.call({"cmd": "baseline", "card": card.to_json()})
-            print(f"== {name}: eager {base['eager_us']:.1f} us, floor {base['floor_us']:.1f} us", flush=True)
+            print(f"   worker: eager {base['eager_us']:.1f} us, floor {base['floor_us']:.1f} us", flush=True)
             for p in variants:
                 if not fam.valid(card, p):
                     print(f"   invalid {p}")

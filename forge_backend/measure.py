@@ -2,9 +2,13 @@
 
 Note [why flush before each repeat]
 Inputs under ~60 MB would otherwise sit in the H200's L2 and every contender would look faster than in a model.
-The flush (a write over a buffer several times the L2) also runs long enough (~0.1 ms) for the host to enqueue
-the start event, the timed call and the end event behind it, so host overhead (a compiled function's ~35 us of
-guards) does not leak into device time for calls whose host work is shorter than the flush.
+The flush reads a buffer several times the L2 (a sum over 512 MiB), so the L2 holds only clean lines of that
+buffer when the timed call starts. A flush that *writes* the buffer (``fill_``, as Triton's ``do_bench`` does)
+leaves the L2 full of dirty lines, and the timed call then pays for writing ~50 MB of someone else's data back to
+DRAM: up to ~12 us on the H200, a third of the floor of a 134 MB operator (``flush="write"`` keeps that method for
+comparison). The flush also runs long enough (~0.1 ms) for the host to enqueue the start event, the timed call
+and the end event behind it, so host overhead (a compiled function's ~35 us of guards) does not leak into device
+time for calls whose host work is shorter than the flush.
 
 The copy bandwidth (bytes read + written by a device-to-device copy) is measured once per GPU and cached in the
 cache directory; rooflines and % of bandwidth use it, as METHOD.md asks.
@@ -35,9 +39,18 @@ class Timing:
 
 
 class Timer:
-    def __init__(self, device: torch.device, flush_bytes: int = FLUSH_BYTES) -> None:
-        self.device = device
-        self._flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
+    def __init__(self, device: torch.device, flush_bytes: int = FLUSH_BYTES, flush: str = "read") -> None:
+        if flush not in ("read", "write"):
+            raise ValueError(f"flush={flush!r}: choose 'read' or 'write'")
+        self.device, self.flush = device, flush
+        self._flush = torch.zeros(flush_bytes // 4, dtype=torch.int32, device=device)
+        self._sink = torch.empty((), dtype=torch.int64, device=device)
+
+    def _flush_l2(self) -> None:
+        if self.flush == "write":
+            self._flush.fill_(0)
+        else:
+            torch.sum(self._flush, out=self._sink)
 
     def time(self, fn: Callable[[], object], warmup: int = 5, repeats: int = 30) -> Timing:
         for _ in range(warmup):
@@ -46,7 +59,7 @@ class Timer:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         for s, e in zip(starts, ends):
-            self._flush.fill_(0)
+            self._flush_l2()
             s.record()
             fn()
             e.record()
