@@ -5,6 +5,7 @@
 #   ops     benchmarks/bench_ops.py    -> ops.json/.md, first_kernels.json/.md
 #   models  benchmarks/bench_models.py -> models.json/.md
 #   overhead benchmarks/bench_overhead.py -> overhead.json/.md
+#   probe   benchmarks/probe_variants.py  -> probe.json (template variants timed without a search)
 # Extra arguments go to the benchmark; T=SECONDS bounds the stage (default 540) so stages can share one call. Results and logs are written under $OUT, which the device tool brings back;
 # copy them into benchmarks/results/h200/ and commit them. Each stage fits one 10-minute call.
 set -uo pipefail
@@ -22,7 +23,9 @@ case "$what" in
             grep -aE "eager .* ind " "$OUT/ops.log" | cut -c1-200 ;;
   models)   timeout ${T:-560} python3 benchmarks/bench_models.py --out "$OUT" "$@" > "$OUT/models.log" 2>&1
             grep -aE "^[a-z0-9_]+(::[a-z0-9_]+)?: " "$OUT/models.log" | cut -c1-700 ;;
+  probe)    timeout ${T:-300} python3 benchmarks/probe_variants.py --out "$OUT" "$@" > "$OUT/probe.log" 2>&1
+            tail -c 6000 "$OUT/probe.log" ;;
   overhead) timeout 120 python3 benchmarks/bench_overhead.py > "$OUT/overhead.log" 2>&1; cat "$OUT/overhead.log"
             cp benchmarks/results/h200/overhead.* "$OUT"/ ;;
-  *) echo "usage: bash benchmarks/run_device.sh tests|ops|models|overhead [args]"; exit 2 ;;
+  *) echo "usage: bash benchmarks/run_device.sh tests|ops|models|probe|overhead [args]"; exit 2 ;;
 esac
