@@ -50,7 +50,7 @@ class Timer:
         if self.flush == "write":
             self._flush.fill_(0)
         else:
-            torch.sum(self._flush, out=self._sink)
+            torch.sum(self._flush, dim=0, out=self._sink)
 
     def time(self, fn: Callable[[], object], warmup: int = 5, repeats: int = 30) -> Timing:
         for _ in range(warmup):
