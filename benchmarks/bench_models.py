@@ -24,7 +24,8 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 DEFAULT = "resnet50::fp16_b1,sd35_vae::bf16_1024,sd35_mmdit::bf16_txt333,gemma4::eager_attn,qwen35_moe::eager_attn"
 COLUMNS = ["model", "setting", "eager_ms", "inductor_ms", "kforge_eager_ms", "kforge_inductor_ms",
            "kforge_eager_vs_eager", "kforge_inductor_vs_inductor", "cold_compile_s", "warm_compile_s",
-           "inductor_compile_s", "replaced_ops", "kernels_beating_eager", "max_rel_err", "inductor_rel_err"]
+           "inductor_warm_compile_s", "replaced_ops", "kernels_beating_eager", "max_rel_err",
+           "kforge_eager_rel_err", "kforge_inductor_rel_err", "inductor_rel_err"]
 
 
 def _tensors(out) -> list[torch.Tensor]:
@@ -75,14 +76,14 @@ def profile(fn, inputs, path: Path) -> None:
     path.write_text("\n".join(text))
 
 
-def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = None) -> dict:
+def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = None, check: bool = False) -> dict:
     from forge_backend.backend import make_backend
     from forge_backend.modelspec import load
     from forge_backend.store.local import LocalStore
 
     loaded = load(spec)
     model, inputs = loaded.model, loaded.inputs
-    opts = {"search_iterations": iterations, "search_seconds": 240, "cache_dir": cache}
+    opts = {"search_iterations": iterations, "search_seconds": 240, "cache_dir": cache, "check": check}
     with torch.no_grad():
         ref = model(*inputs)
         eager = median_ms(model, inputs)
@@ -121,6 +122,7 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
             "inductor_warm_compile_s": ind_warm, "replaced_ops": sum(len(r.replaced) for r in reports),
             "kernels_beating_eager": beating, "replaced_keys": sorted(keys),
             "max_rel_err": max(rel_err(out_e, ref), rel_err(out_i, ref)),
+            "kforge_eager_rel_err": rel_err(out_e, ref), "kforge_inductor_rel_err": rel_err(out_i, ref),
             "inductor_rel_err": rel_err(out_ind, ref)}  # Inductor's own distance from eager, for scale
 
 
@@ -131,6 +133,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "h200")
     ap.add_argument("--cache-dir", type=Path, default=None)
     ap.add_argument("--profile", action="store_true", help="also write a torch.profiler summary per model")
+    ap.add_argument("--check", action="store_true",
+                    help="compare every kernel call with PyTorch (Note [checking inside a model]); slow, for finding "
+                         "the op behind a max_rel_err far above Inductor's own")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("bench_models needs a CUDA GPU; none is visible here.")
@@ -142,7 +147,7 @@ def main() -> None:
         model, _, setting = item.partition("::")
         spec = f"{EXAMPLES / model}.py" + (f"::{setting}" if setting else "")
         try:
-            row = bench(spec, cache, args.iterations, args.out if args.profile else None)
+            row = bench(spec, cache, args.iterations, args.out if args.profile else None, args.check)
         except Exception as e:  # one broken model must not lose the others; reported in the table
             log(f"{item}: FAILED {type(e).__name__}: {str(e)[:400]}")
             rows.append({"model": model, "setting": setting, "error": f"{type(e).__name__}: {str(e)[:200]}"})

@@ -124,37 +124,94 @@ def _forward_compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *
     return _boxed(gm.forward)
 
 
+class _Leftovers(Exception):
+    """Raised inside Inductor's inner compiler: these overloads have nodes kforge did not replace."""
+
+    def __init__(self, ops: set) -> None:
+        super().__init__(f"{len(ops)} overload(s) with nodes left to Inductor")
+        self.ops = ops
+
+
+def _leftovers_in(e: BaseException) -> _Leftovers | None:
+    """Inductor may wrap an exception raised by the inner compiler; find ours in the chain."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, _Leftovers):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+_INDUCTOR_ATTEMPTS = 3
+
+
 def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: KforgeConfig,
                            provider: KernelProvider | None, report: CompileReport,
                            on_report: Callable[[CompileReport], None] | None) -> Callable:
     """Note [kforge inside Inductor]
     Inductor decomposes softmax and the norms before its inner compiler sees the graph, and re-tracing an ATen graph
     with Inductor's decompositions breaks views whose strides the decompositions change. So kforge runs *inside*
-    Inductor's own trace: the overloads kforge may replace are taken out of Inductor's decomposition table, the
-    inner compiler rewrites the nodes that have kernels, decomposes the leftovers of those overloads with Inductor's
-    own decompositions, and hands the graph to ``compile_fx_inner``. The AOTAutograd cache is bypassed because a
-    hit would skip the inner compiler (and the registration of the kernels its code calls); Inductor's FX graph
-    cache, keyed on the rewritten graph, still applies.
+    Inductor's own trace: the overloads kforge may replace are taken out of Inductor's decomposition table, and the
+    inner compiler rewrites the nodes that have kernels and hands the graph to ``compile_fx_inner``.
+
+    A node of such an overload that kforge does not replace (no kernel, or Inductor is faster: Note [the baseline
+    inside Inductor]) is a *leftover*. Leftovers are not decomposed after the fact (that is the re-trace above);
+    instead the inner compiler stops, and the whole compile runs again with the leftovers' overloads back in
+    Inductor's decomposition table, so Inductor decomposes them in its own trace. The kernel decisions are cached by
+    the provider, so a retry costs one more trace. Which overloads a graph needs decomposed is remembered per graph
+    (in this process and in the cache directory), so a warm compile gets it right the first time.
+
+    The AOTAutograd cache is bypassed because a hit would skip the inner compiler (and the registration of the
+    kernels its code calls); Inductor's FX graph cache, keyed on the rewritten graph, still applies.
     """
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
-    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from .inductor_plans import InductorPlans
 
     table = select_decomp_table()
-    keep = {op for op in table if is_candidate(str(op), cfg.families, "inductor")}
+    candidates = {op for op in table if is_candidate(str(op), cfg.families, "inductor")}
+    plans = InductorPlans(cfg.cache_dir)
+    graph_key = plans.key(gm, example_inputs, cfg)
+    decompose = {op for op in candidates if str(op) in plans.get(graph_key)}
+    for attempt in range(_INDUCTOR_ATTEMPTS):
+        keep = candidates - decompose if attempt < _INDUCTOR_ATTEMPTS - 1 else set()
+        attempt_report = CompileReport()
 
-    def inner(aten_gm: torch.fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
-        aten_gm = _rewrite_or_keep(aten_gm, cfg, provider, report, on_report)
-        left = {n.target for n in aten_gm.graph.nodes if n.op == "call_function" and n.target in keep}
-        if left:
-            # the whole table: a leftover's decomposition may emit ops that decompose further
-            # (_native_batch_norm_legit_no_training -> _native_batch_norm_legit, which Inductor cannot lower)
-            aten_gm = make_fx(aten_gm, decomposition_table=table)(*inputs)
-        return compile_fx_inner(aten_gm, inputs, **kwargs)
+        def inner(aten_gm: torch.fx.GraphModule, inputs: Sequence[Any], _keep=keep, _report=attempt_report,
+                  **kwargs: Any) -> Any:
+            if _keep:
+                aten_gm = _rewrite_or_keep(aten_gm, cfg, provider, _report, None)
+                left = {n.target for n in aten_gm.graph.nodes if n.op == "call_function" and n.target in _keep}
+                if left:
+                    raise _Leftovers(left)
+            return compile_fx_inner(aten_gm, inputs, **kwargs)
 
-    with torch._functorch.config.patch(enable_autograd_cache=False):
-        return compile_fx(gm, list(example_inputs), inner_compile=inner,
-                          decompositions={op: fn for op, fn in table.items() if op not in keep})
+        try:
+            with torch._functorch.config.patch(enable_autograd_cache=False):
+                compiled = compile_fx(_copy_module(gm), list(example_inputs), inner_compile=inner,
+                                      decompositions={op: fn for op, fn in table.items() if op not in keep})
+        except Exception as e:
+            left = _leftovers_in(e)
+            if left is None:
+                raise
+            counters["kforge"]["inductor_retries"] += 1
+            log.info("kforge: %s left to Inductor; compiling again with them decomposed",
+                     ", ".join(sorted(str(op) for op in left.ops)))
+            decompose |= left.ops
+            continue
+        if decompose:
+            plans.put(graph_key, sorted(str(op) for op in decompose))
+        _merge(report, attempt_report)
+        _emit(report, on_report)
+        return compiled
+    raise AssertionError("unreachable: the last attempt keeps no overload, so it has no leftovers")
+
+
+def _merge(into: CompileReport, src: CompileReport) -> None:
+    for f in ("ops_seen", "candidates", "signatures", "replaced", "groups", "skipped", "fallback", "seconds"):
+        setattr(into, f, getattr(src, f))
 
 
 def _rewrite_or_keep(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: KernelProvider | None,

@@ -20,6 +20,8 @@ cache_dir          KFORGE_CACHE_DIR          ``~/.cache/kforge`` (``$XDG_CACHE_H
 margin             KFORGE_MARGIN             ``0.03``: a kernel must beat eager by this fraction
 fuse_pointwise     KFORGE_FUSE_POINTWISE     ``False``: replace each connected group of pointwise ops with
                                              one fused kernel (``inner="eager"`` only; see fusion.py)
+check              KFORGE_CHECK              ``False``: compare every kernel call with PyTorch's op on the same
+                                             inputs and log disagreements (slow; see check.py)
 min_share          KFORGE_MIN_SHARE          ``0.0``: skip signatures under this share of GPU time
 llm_model          KFORGE_LLM_MODEL          ``""``: model name for the LLM proposer
 llm_base_url       KFORGE_LLM_BASE_URL       ``""``: unset = OpenAI; else any compatible server
@@ -69,6 +71,7 @@ class KforgeConfig:
     cache_dir: Path = field(default_factory=default_cache_dir)
     margin: float = 0.03
     fuse_pointwise: bool = False  # off until measured on a GPU (Note [pointwise groups] in fusion.py)
+    check: bool = False
     min_share: float = 0.0
     llm_model: str = ""
     llm_base_url: str = ""

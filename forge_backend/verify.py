@@ -4,7 +4,8 @@ A candidate is accepted only if every trial passes every check:
   * fresh random inputs per trial, different seeds and distributions (normal, large magnitude, all negative,
     uniform, and -inf entries plus a fully -inf row where the op allows it: softmax family);
   * outputs pre-filled with NaN (integer outputs with a sentinel) before every launch: an unwritten element shows;
-  * inputs unchanged afterwards (bitwise);
+  * inputs unchanged afterwards (bitwise), and nothing written just outside the outputs: each output lives
+    between two guard bands of a canary pattern (GUARD_BYTES each), which must be intact after the launch;
   * values within the dtype's tolerance of a float64 reference (one tolerance table, TOLERANCES); NaN positions
     must match the reference's exactly; where PyTorch's own kernel is further from the float64 reference than the
     table allows (large-magnitude fp32 norms), the candidate may be at most 2x PyTorch's own error;
@@ -39,7 +40,8 @@ _POSITIVE_INPUTS = {"running_var"}
 @dataclass
 class VerifyReport:
     ok: bool
-    failed_check: str | None = None  # mismatch | unwritten | nan | input_modified | nondeterministic | launch
+    failed_check: str | None = None  # mismatch | unwritten | nan | input_modified | out_of_bounds |
+    #                                   nondeterministic | launch
     message: str = ""
     trial: int | None = None
     distribution: str | None = None
@@ -85,6 +87,35 @@ def make_inputs(card: OperatorCard, distribution: str, seed: int, device: torch.
             x = x.abs() + 0.5
         base.copy_(x)
         out.append(base)
+    return out
+
+
+GUARD_BYTES = 64 * 1024  # per side; a multiple of 256 keeps every output as aligned as a fresh allocation
+_CANARY = 0x5A
+
+
+@dataclass
+class _Guarded:
+    """An output tensor inside a larger byte buffer whose bytes outside the output hold the canary."""
+
+    out: torch.Tensor
+    buf: torch.Tensor  # uint8, GUARD_BYTES + the output's storage span + GUARD_BYTES
+    span: int  # bytes of the output's storage span
+
+    def intact(self) -> bool:
+        head, tail = self.buf[:GUARD_BYTES], self.buf[GUARD_BYTES + self.span:]
+        return bool((head == _CANARY).all()) and bool((tail == _CANARY).all())
+
+
+def _guarded(like: Sequence[torch.Tensor]) -> list[_Guarded]:
+    """Outputs with the shapes, strides and dtypes of ``like``, each between canary guard bands."""
+    out = []
+    for t in like:
+        span = (1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 0)) * t.element_size() \
+            if t.numel() else 0
+        buf = torch.full((GUARD_BYTES * 2 + span,), _CANARY, dtype=torch.uint8, device=t.device)
+        view = buf[GUARD_BYTES:GUARD_BYTES + span].view(t.dtype) if span else buf[:0].view(t.dtype)
+        out.append(_Guarded(view.as_strided(t.shape, t.stride()), buf, span))
     return out
 
 
@@ -198,13 +229,18 @@ def verify(card: OperatorCard, launch_into: LaunchInto, allocate: Callable[[], l
     names = [t.name for t in card.outputs]
     for trial in trials:
         i, dist = trial.index, trial.distribution
-        outs = allocate()
+        guarded = _guarded(allocate())
+        outs = [g.out for g in guarded]
         _poisoned(outs)
         try:
             launch_into(trial.inputs, outs)
             torch.cuda.synchronize(device)
         except Exception as e:  # a launch error is a failed candidate, reported with its message
             return VerifyReport(False, "launch", f"{type(e).__name__}: {e}", trial=i, distribution=dist)
+        for g, n in zip(guarded, names):
+            if not g.intact():
+                return VerifyReport(False, "out_of_bounds", f"{n}: the kernel wrote outside the output (guard band "
+                                    f"of {GUARD_BYTES} bytes changed)", trial=i, distribution=dist)
         for x, b, t in zip(trial.inputs, trial.before, card.inputs):
             if not torch.equal(_bits(x), b):
                 return VerifyReport(False, "input_modified", f"input {t.name} was modified", trial=i,

@@ -50,4 +50,5 @@ PLANTED = [
     ("bad_wrong_nonmultiple", lambda: unary_card("aten.relu.default", 1001), UNARY_PLAN, "mismatch"),
     ("bad_low_precision", lambda: unary_card("aten.silu.default", 4096), UNARY_PLAN, "mismatch"),
     ("bad_race", lambda: row_sum_card(8, 1 << 20), RACE_PLAN, "nondeterministic"),
+    ("bad_writes_past_end", lambda: unary_card("aten.relu.default", 1000), UNARY_PLAN, "out_of_bounds"),
 ]

@@ -113,3 +113,43 @@ def test_inductor_inner_leaves_fusable_pointwise_ops_to_inductor():
     with torch.no_grad():
         torch.testing.assert_close(f(x), torch.softmax(torch.relu(x) * 2, -1))
     assert provider.calls == {"aten._softmax.default": 1}
+
+
+class Some(CpuProvider):
+    """Serves softmax and layer norm but not group norm or mean: those nodes are leftovers under Inductor."""
+
+    def __init__(self):
+        super().__init__(ops=("aten._softmax.default", "aten.native_layer_norm.default"))
+
+
+def test_inductor_leftovers_are_decomposed_by_inductor_itself(tmp_path):
+    """Note [kforge inside Inductor]: nodes kforge keeps out of Inductor's decompositions but does not replace make
+    the compile run again with their overloads decomposed, and the plan makes the next compile of the same graph
+    take one attempt."""
+    from torch._dynamo.utils import counters
+
+    provider, reports = Some(), []
+    opts = {"inner": "inductor", "cache_dir": str(tmp_path)}
+    counters["kforge"].clear()
+    run_compiled(make_backend(provider, reports.append), opts)
+    assert set(provider.calls) == {"aten._softmax.default", "aten.native_layer_norm.default"}
+    assert counters["kforge"]["inductor_retries"] == 1
+    assert len(reports) == 1 and len(reports[0].replaced) == 2  # one report per graph, from the attempt that ran
+    plans = list((tmp_path / "inductor_plans").glob("*.json"))
+    assert len(plans) == 1 and "native_group_norm" in plans[0].read_text()  # mean.dim has no decomposition
+    torch._dynamo.reset()
+    counters["kforge"].clear()
+    run_compiled(make_backend(Some()), opts)
+    assert counters["kforge"]["inductor_retries"] == 0
+
+
+def test_inductor_plan_that_went_stale_costs_a_retry_not_correctness(tmp_path):
+    """A plan from a compile where everything was replaced, then a provider that serves less: still correct."""
+    from torch._dynamo.utils import counters
+
+    opts = {"inner": "inductor", "cache_dir": str(tmp_path)}
+    run_compiled(make_backend(CpuProvider()), opts)
+    torch._dynamo.reset()
+    counters["kforge"].clear()
+    run_compiled(make_backend(Some()), opts)
+    assert counters["kforge"]["inductor_retries"] == 1

@@ -21,6 +21,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from ..cards import OperatorCard
+from ..check import checked
 from ..config import KforgeConfig
 from ..errors import CandidateFailure, KforgeError
 from ..reference import call_aten
@@ -50,7 +51,8 @@ def impl_from_record(card: OperatorCard, record: KernelRecord, cfg: KforgeConfig
         return call_aten(sig, inputs)
 
     launcher = Launcher(card, candidate, compiled.cubin, device, fallback=fallback)
-    return KernelImpl(card.key, card.op, tuple(t.spec for t in card.outputs), launcher, candidate.description,
+    run = checked(card, launcher, cfg.strict) if cfg.check else launcher
+    return KernelImpl(card.key, card.op, tuple(t.spec for t in card.outputs), run, candidate.description,
                       record.timings.get("speedup_vs_eager"))
 
 
@@ -60,7 +62,7 @@ class CudaProvider:
         self.local = LocalStore(cfg.cache_dir)
         self.store = TieredStore(self.local, ShippedStore())
         self._client: WorkerClient | None = None
-        self._loaded: dict[str, KernelImpl] = {}
+        self._loaded: dict[tuple[str, bool], KernelImpl] = {}  # (key, check) -> loaded kernel
         self._vs_inductor: dict[str, bool] = {}  # key -> the kernel beats Inductor's single-op time
 
     @classmethod
@@ -126,8 +128,8 @@ class CudaProvider:
         return ok
 
     def _kernel_for(self, card: OperatorCard, cfg: KforgeConfig, deadline: float) -> KernelImpl | None:
-        if card.key in self._loaded:
-            return self._loaded[card.key]
+        if (card.key, cfg.check) in self._loaded:
+            return self._loaded[(card.key, cfg.check)]
         record = self.store.get(card.key)
         if record is not None:
             counters["kforge"]["cache_hit"] += 1
@@ -159,7 +161,7 @@ class CudaProvider:
             record = record.marked(source="local", trusted=True, reverified=True)
             self.local.put(record)
         impl = impl_from_record(card, record, cfg)
-        self._loaded[card.key] = impl
+        self._loaded[(card.key, cfg.check)] = impl
         return impl
 
 
