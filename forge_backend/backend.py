@@ -47,6 +47,7 @@ class CompileReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     fallback: str | None = None
     seconds: float = 0.0
+    cached: bool = False  # Inductor's cache served the compiled graph (no rewrite ran in this process)
 
 
 def _needs_backward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
@@ -146,6 +147,68 @@ def _leftovers_in(e: BaseException) -> _Leftovers | None:
 _INDUCTOR_ATTEMPTS = 3
 
 
+class _DecompTable(dict):
+    """Note [a decomposition table Inductor's cache can key on]
+    Inductor's decomposition table without the overloads kforge keeps. Inductor puts a custom table into the
+    FX graph cache's key, and a plain dict of OpOverloads cannot be pickled for that key, so every compile would
+    bypass the cache (a warm kforge+Inductor compile then regenerates all code: +10 s on the Qwen example). This
+    dict pickles as the names of the overloads it leaves out, which is stable across processes."""
+
+    def __init__(self, table: dict, dropped: set) -> None:
+        super().__init__({op: fn for op, fn in table.items() if str(op) not in dropped})
+        self.dropped = tuple(sorted(dropped))
+
+    def __reduce__(self):
+        return (_decomp_table_without, (self.dropped,))
+
+
+class _CacheKey:
+    """A no-op post-grad pass whose uuid carries the provider's fingerprint into Inductor's cache keys."""
+
+    def __init__(self, fingerprint: str) -> None:
+        self.fingerprint = fingerprint
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        return None
+
+    def uuid(self) -> str:
+        return self.fingerprint
+
+
+def _cache_patches(provider: Any, cfg: KforgeConfig) -> dict[str, dict[str, Any]]:
+    """Config patches for one compile: Note [kforge and Inductor's caches]."""
+    off = {"functorch": {"enable_autograd_cache": False}, "inductor": {}}
+    fingerprint, load = getattr(provider, "fingerprint", None), getattr(provider, "load", None)
+    if fingerprint is None or load is None or torch._inductor.config.post_grad_custom_post_pass is not None:
+        return off
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    key = CustomGraphPass.register(_CacheKey)  # an ABC: the pass is accepted by Inductor's cacheability checks
+    fp = fingerprint(cfg)
+    if not fp:
+        return off
+    REGISTRY.add_loader(load)  # code from the cache calls kernels this process has not registered yet
+    return {"functorch": {}, "inductor": {"post_grad_custom_post_pass": key(f"kforge:{_source_hash()}:{fp}")}}
+
+
+@functools.lru_cache(maxsize=1)
+def _source_hash() -> str:
+    """kforge's own Python sources: a code change must not reuse graphs compiled by older code."""
+    import hashlib
+    from pathlib import Path
+
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.rglob("*.py")):
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _decomp_table_without(dropped: tuple[str, ...]) -> _DecompTable:
+    from torch._inductor.decomposition import select_decomp_table
+
+    return _DecompTable(select_decomp_table(), set(dropped))
+
+
 def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: KforgeConfig,
                            provider: KernelProvider | None, report: CompileReport,
                            on_report: Callable[[CompileReport], None] | None) -> Callable:
@@ -162,14 +225,22 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
     the provider, so a retry costs one more trace. Which overloads a graph needs decomposed is remembered per graph
     (in this process and in the cache directory), so a warm compile gets it right the first time.
 
-    The AOTAutograd cache is bypassed because a hit would skip the inner compiler (and the registration of the
-    kernels its code calls); Inductor's FX graph cache, keyed on the rewritten graph, still applies.
+    Note [kforge and Inductor's caches]
+    Inductor's FX graph cache keys on the rewritten graph (and on the decomposition table: see Note [a
+    decomposition table Inductor's cache can key on]). Its AOTAutograd cache keys on the graph *before* kforge's
+    inner compiler runs, and a hit skips that compiler, so it must also key on what kforge would decide: a provider
+    with a ``fingerprint`` (the kforge version and source, the options that change decisions, and the set of cached
+    signatures) gets it into both keys as the uuid of a no-op post-grad pass. Code that a hit serves calls kernels
+    by key, and the registry asks the provider's ``load`` for those not yet in this process. Without a fingerprint
+    (or when the user has a post-grad pass of their own) the AOTAutograd cache is bypassed.
     """
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
 
     from .inductor_plans import InductorPlans
 
+    provider = provider if provider is not None else _default_provider(cfg)
+    cache_patches = _cache_patches(provider, cfg)
     table = select_decomp_table()
     candidates = {op for op in table if is_candidate(str(op), cfg.families, "inductor")}
     plans = InductorPlans(cfg.cache_dir)
@@ -177,10 +248,11 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
     decompose = {op for op in candidates if str(op) in plans.get(graph_key)}
     for attempt in range(_INDUCTOR_ATTEMPTS):
         keep = candidates - decompose if attempt < _INDUCTOR_ATTEMPTS - 1 else set()
-        attempt_report = CompileReport()
+        attempt_report = CompileReport(cached=True)  # stays True only if Inductor's cache skipped ``inner``
 
         def inner(aten_gm: torch.fx.GraphModule, inputs: Sequence[Any], _keep=keep, _report=attempt_report,
                   **kwargs: Any) -> Any:
+            _report.cached = False
             if _keep:
                 aten_gm = _rewrite_or_keep(aten_gm, cfg, provider, _report, None)
                 left = {n.target for n in aten_gm.graph.nodes if n.op == "call_function" and n.target in _keep}
@@ -189,9 +261,10 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
             return compile_fx_inner(aten_gm, inputs, **kwargs)
 
         try:
-            with torch._functorch.config.patch(enable_autograd_cache=False):
+            with torch._functorch.config.patch(**cache_patches["functorch"]), \
+                    torch._inductor.config.patch(**cache_patches["inductor"]):
                 compiled = compile_fx(_copy_module(gm), list(example_inputs), inner_compile=inner,
-                                      decompositions={op: fn for op, fn in table.items() if op not in keep})
+                                      decompositions=_DecompTable(table, {str(op) for op in keep}))
         except Exception as e:
             left = _leftovers_in(e)
             if left is None:
@@ -203,6 +276,8 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
             continue
         if decompose:
             plans.put(graph_key, sorted(str(op) for op in decompose))
+        if attempt_report.cached:
+            log.info("kforge: Inductor's cache served this graph; its kernels load by key when first called")
         _merge(report, attempt_report)
         _emit(report, on_report)
         return compiled
@@ -210,7 +285,8 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
 
 
 def _merge(into: CompileReport, src: CompileReport) -> None:
-    for f in ("ops_seen", "candidates", "signatures", "replaced", "groups", "skipped", "fallback", "seconds"):
+    for f in ("ops_seen", "candidates", "signatures", "replaced", "groups", "skipped", "fallback", "seconds",
+              "cached"):
         setattr(into, f, getattr(src, f))
 
 

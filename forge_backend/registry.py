@@ -53,18 +53,36 @@ def conform(outputs: Sequence[torch.Tensor], specs: Sequence[TensorSpec]) -> lis
 
 
 class KernelRegistry:
+    """Kernels by key. A key not registered in this process is asked of the loaders (the kernel providers): a graph
+    that Inductor's cache served was compiled in another process, and its code calls kernels by key (Note [kforge
+    and Inductor's caches] in backend.py)."""
+
     def __init__(self) -> None:
         self._impls: dict[str, KernelImpl] = {}
+        self._loaders: list[Callable[[str], KernelImpl | None]] = []
 
     def register(self, impl: KernelImpl) -> None:
         self._impls[impl.key] = impl
 
+    def add_loader(self, loader: Callable[[str], KernelImpl | None]) -> None:
+        """Ask ``loader`` first from now on (the provider that compiled last knows the keys its graphs use)."""
+        if loader in self._loaders:
+            self._loaders.remove(loader)
+        self._loaders.insert(0, loader)
+
     def get(self, key: str) -> KernelImpl:
-        try:
-            return self._impls[key]
-        except KeyError:
-            raise KeyError(f"kforge: no kernel registered for key {key[:16]}... ({len(self._impls)} registered)") \
-                from None
+        impl = self._impls.get(key)
+        if impl is None:
+            for load in self._loaders:
+                impl = load(key)
+                if impl is not None:
+                    self._impls[key] = impl
+                    break
+        if impl is None:
+            raise KeyError(f"kforge: no kernel for key {key[:16]}... ({len(self._impls)} registered, none of "
+                           f"{len(self._loaders)} loader(s) has it); if this graph came from Inductor's cache, "
+                           f"clear that cache (TORCHINDUCTOR_CACHE_DIR) or the kforge cache entry it names")
+        return impl
 
     def __contains__(self, key: str) -> bool:
         return key in self._impls

@@ -5,6 +5,7 @@ Each impl counts its calls, so tests can prove that the rewritten graph really c
 """
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from typing import Sequence
 
@@ -30,6 +31,23 @@ class CpuProvider:
         self.fail_on = fail_on
         self.calls: Counter[str] = Counter()
         self.cards_seen: list[OperatorCard] = []
+        self.served: dict[str, OpSignature] = {}
+        self.loads: list[str] = []
+        self.generation = 0  # tests bump it to stand for a change in the cache's contents
+        self.fingerprinting = True
+        self.token = uuid.uuid4().hex  # Inductor's caches outlive a test: only this provider may hit its graphs
+
+    def fingerprint(self, cfg) -> str | None:
+        """Like CudaProvider.fingerprint: what the compiled graph depends on (here: the ops served, a generation)."""
+        return f"cpu-test:{self.token}:{sorted(self.ops)}:{self.generation}" if self.fingerprinting else None
+
+    def load(self, key: str) -> KernelImpl | None:
+        """Like CudaProvider.load: a kernel by key for code that Inductor's cache served."""
+        sig = self.served.get(key)
+        if sig is None:
+            return None
+        self.loads.append(key)
+        return self._impl(key, sig)
 
     def kernels_for(self, cards, cfg):
         impls = {}
@@ -40,9 +58,13 @@ class CpuProvider:
             if card.op not in self.ops:
                 continue
             sig = card.signature_obj()
-            impls[card.key] = KernelImpl(card.key, card.op, tuple(sig.outputs[i] for i in sig.used_outputs),
-                                         self._runner(sig), "cpu test impl", 1.0)
+            self.served[card.key] = sig
+            impls[card.key] = self._impl(card.key, sig)
         return impls
+
+    def _impl(self, key: str, sig: OpSignature) -> KernelImpl:
+        return KernelImpl(key, sig.op, tuple(sig.outputs[i] for i in sig.used_outputs), self._runner(sig),
+                          "cpu test impl", 1.0)
 
     def _runner(self, sig: OpSignature):
         def run(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:

@@ -153,3 +153,55 @@ def test_inductor_plan_that_went_stale_costs_a_retry_not_correctness(tmp_path):
     counters["kforge"].clear()
     run_compiled(make_backend(Some()), opts)
     assert counters["kforge"]["inductor_retries"] == 1
+
+
+def test_inductor_cache_serves_a_kforge_graph_and_kernels_load_by_key(tmp_path):
+    """Note [kforge and Inductor's caches]: the second compile of the same graph is an AOTAutograd cache hit (no
+    rewrite runs), and the compiled code gets its kernels from the provider's loader by key."""
+    from torch._dynamo.utils import counters
+
+    from forge_backend.registry import REGISTRY
+
+    provider, reports = CpuProvider(), []
+    opts = {"inner": "inductor", "cache_dir": str(tmp_path)}
+    run_compiled(make_backend(provider, reports.append), opts)
+    assert reports[-1].replaced and not reports[-1].cached
+    keys = {key for _, key, _ in reports[-1].replaced}
+    for key in keys:  # a new process: nothing registered yet
+        REGISTRY._impls.pop(key, None)
+    torch._dynamo.reset()
+    counters.clear()
+    provider.calls.clear()
+    run_compiled(make_backend(provider, reports.append), opts)
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 1
+    assert reports[-1].cached and not reports[-1].replaced
+    assert set(provider.loads) == keys and set(provider.calls) == {
+        "aten._softmax.default", "aten.native_layer_norm.default", "aten.native_group_norm.default", "aten.mean.dim"}
+
+
+def test_a_changed_fingerprint_misses_inductors_cache(tmp_path):
+    from torch._dynamo.utils import counters
+
+    provider, reports = CpuProvider(), []
+    opts = {"inner": "inductor", "cache_dir": str(tmp_path)}
+    run_compiled(make_backend(provider, reports.append), opts)
+    provider.generation += 1  # e.g. a search added a signature to the kforge cache
+    torch._dynamo.reset()
+    counters.clear()
+    run_compiled(make_backend(provider, reports.append), opts)
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 0 and not reports[-1].cached
+    assert len(reports[-1].replaced) == 4
+
+
+def test_without_a_fingerprint_the_aot_cache_is_bypassed(tmp_path):
+    from torch._dynamo.utils import counters
+
+    provider = CpuProvider()
+    provider.fingerprinting = False
+    opts = {"inner": "inductor", "cache_dir": str(tmp_path)}
+    run_compiled(make_backend(provider), opts)
+    torch._dynamo.reset()
+    counters.clear()
+    run_compiled(make_backend(provider), opts)
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 0
+    assert counters["inductor"]["fxgraph_cache_hit"] == 1  # Note [a decomposition table Inductor's cache can key on]

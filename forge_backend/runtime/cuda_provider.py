@@ -25,7 +25,7 @@ from ..check import checked
 from ..config import KforgeConfig
 from ..errors import CandidateFailure, KforgeError
 from ..reference import call_aten
-from ..registry import KernelImpl
+from ..registry import KernelImpl, conform
 from ..store.local import LocalStore
 from ..store.record import KernelRecord
 from ..store.shipped import ShippedStore, TieredStore
@@ -101,6 +101,41 @@ class CudaProvider:
             if impl is not None:
                 impls[card.key] = impl
         return impls
+
+    def fingerprint(self, cfg: KforgeConfig) -> str:
+        """What a graph compiled with kforge inside Inductor depends on, for Inductor's caches (Note [kforge and
+        Inductor's caches] in backend.py): the kforge version, the options that change which nodes are replaced,
+        and which signatures the caches hold. A record's *content* is not part of it: compiled code calls kernels
+        by key, and :meth:`load` serves whatever the record holds when it runs."""
+        import hashlib
+        import json
+
+        from .. import __version__
+
+        keys = self.store.keys()
+        text = json.dumps([__version__, cfg.families, cfg.margin, cfg.check, cfg.strict, cfg.search,
+                           torch.cuda.get_device_capability() if torch.cuda.is_available() else None, keys])
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def load(self, key: str) -> KernelImpl | None:
+        """The kernel of ``key`` for code that Inductor's cache served (a registry loader). A record whose decision
+        is now "pytorch" (or whose kernel fails to load) runs PyTorch's op instead, so cached code stays correct."""
+        record = self.store.get(key)
+        if record is None:
+            return None
+        card = record.card_obj()
+        try:
+            impl = self._use_record(card, record, self.cfg) if record.decision == "kernel" else None
+        except (KforgeError, RuntimeError, OSError) as e:
+            log.warning("kforge: kernel %s of a cached graph failed to load (%s); running PyTorch's %s", key[:12],
+                        e, card.op)
+            impl = None
+        if impl is not None:
+            return impl
+        sig = card.signature_obj()
+        specs = [sig.outputs[i] for i in sig.used_outputs]
+        return KernelImpl(key, card.op, tuple(specs), lambda inputs: conform(call_aten(sig, inputs), specs),
+                          "PyTorch (the record no longer holds a kernel)", None)
 
     def _beats_inductor(self, card: OperatorCard, cfg: KforgeConfig) -> bool:
         """Note [the baseline inside Inductor]."""
