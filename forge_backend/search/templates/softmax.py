@@ -82,7 +82,9 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
             p["online"] = True
         return p
     if strategy == "cluster":
-        cs = next((c for c in (2, 4, 8) if _chunk(cols, c, vec) * isz <= 64 * 1024 and rows * c >= 2 * SMS), 8)
+        # chunks of <= 32 KB: the H200 probe (benchmarks/results/h200/probe_write_flush.json) had [64, 262144]
+        # fastest with 16 blocks per row in both dtypes (bf16 28.8 us at cs=16 vs 38.1 us at cs=8)
+        cs = next((c for c in (2, 4, 8, 16) if _chunk(cols, c, vec) * isz <= 32 * 1024 and rows * c >= 2 * SMS), 16)
         chunk = _chunk(cols, cs, vec)
         block = clamp(pow2_ceil(cdiv(chunk, vec * 8)), 128, 1024)
         return {"strategy": "cluster", "vec": vec, "block": block, "cs": cs, "cache": "reg", "stream": False}
