@@ -10,7 +10,6 @@ its search happens on the first call. Writes ops.json/.md and first_kernels.json
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import sys
 import tempfile
@@ -94,9 +93,9 @@ _NEW: list[str] = []
 
 
 def _dump_tree(trees_dir: Path, row, search: dict) -> None:
-    """One line per node of the search (action, status, time, description), so a run shows what the search tried."""
+    """One line per node of the search (action, status, time, description), appended to one ``trees.txt`` (the
+    device tool returns a limited number of files, so not one file per row)."""
     trees_dir.mkdir(parents=True, exist_ok=True)
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{row.name}__{search.get('op', 'op').removeprefix('aten.')}")
     lines = [f"# {row.name} {search.get('op')} eager {search.get('eager_us')} us floor {search.get('floor_us')} us "
              f"decision {search.get('decision')}"]
     for n in search.get("nodes", []):
@@ -105,7 +104,8 @@ def _dump_tree(trees_dir: Path, row, search: dict) -> None:
         lines.append(f"{n.get('id'):>3} <- {n.get('parent')!s:>4} it {n.get('iteration'):>3} {n.get('status'):>6} "
                      f"{'' if t is None else f'{t:8.1f}us'} | {n.get('action')} | {desc} | "
                      f"{(n.get('failure_reason') or '')[:120]}")
-    (trees_dir / f"{name}.txt").write_text("\n".join(lines) + "\n")
+    with open(trees_dir / "trees.txt", "a", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n\n")
 
 
 def _failures(search: dict) -> dict:
@@ -155,7 +155,7 @@ def main() -> None:
             continue
         its = args.iterations if row.name in SEED_ROWS else args.quick_iterations
         try:
-            r, f = bench_row(row, timer, bw, cache_dir, its, device, args.out / "trees")
+            r, f = bench_row(row, timer, bw, cache_dir, its, device, args.out)
         except Exception as e:  # one broken row must not lose the others; it is reported as such
             log(f"{row.name}: FAILED {type(e).__name__}: {e}")
             rows.append({"op": row.op, "shape": list(row.shape), "dtype": str(row.dtype), "error": str(e)[:300]})
