@@ -180,6 +180,9 @@ def _print_prewarm_table(results) -> None:
     gain = sum(r.expected_gain for r in results)
     console.print(f"expected saving: {gain:.1%} of the profiled operator time "
                   f"(sum over kernels of share x (1 - 1/speedup))")
+    tokens, cost = sum(r.tokens for r in results), sum(r.cost_usd for r in results)
+    if tokens:
+        console.print(f"LLM: {tokens:,} tokens, estimated ${cost:.4f} (prices from KFORGE_LLM_PRICE_IN/_OUT)")
 
 
 def _num(v) -> str:

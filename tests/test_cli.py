@@ -126,3 +126,15 @@ def test_proposer_option_picks_the_proposers(proposer, names, tmp_path):
     cfg = KforgeConfig.load({"proposer": proposer, "llm_model": "m", "llm_base_url": "http://127.0.0.1:9/v1",
                              "cache_dir": str(tmp_path)}, env={})
     assert [p.name for p in make_proposers(cfg)] == names  # building the LLM proposer does no network I/O
+
+
+def test_prewarm_summary_shows_tokens_and_cost(capsys):
+    """The final table of an LLM prewarm carries each search's tokens and cost, and their total."""
+    from forge_backend import cli
+
+    cards = model_cards(QUICKSTART).cards[:2]
+    rows = [PrewarmResult(cards[0], 0.6, "searched", 10.0, 5.0, 1.0, 2.0, "kernel", 8, 3, 4.0, 1234, 0.0123),
+            PrewarmResult(cards[1], 0.4, "searched", 8.0, None, 1.0, None, "pytorch", 8, None, 3.0, 766, 0.0077)]
+    cli._print_prewarm_table(rows)
+    out = capsys.readouterr().out
+    assert "1234" in out and "0.0123" in out and "2,000 tokens" in out and "$0.0200" in out
