@@ -73,6 +73,10 @@ def apply(gm: torch.fx.GraphModule, replacements: list[Replacement], direct: boo
                 call = graph.call_function(_as_function(r.impl.run), (inputs,))
             else:
                 call = graph.call_function(KERNEL_OP, (r.impl.key, inputs))
+                # Note [kernel inputs keep their layout]: Inductor pins a custom op's input strides to these values
+                # only when they are recorded; otherwise it may hand the kernel, say, a channels-last conv output
+                # where the kernel was built for the NCHW strides of its signature.
+                call.meta["eager_input_vals"] = ((r.impl.key, [i.meta.get("val") for i in inputs]), {})
             call.meta["val"] = _meta_outputs(node, used)
             call.meta["kforge_key"] = r.impl.key
             if len(sig.outputs) == 1:

@@ -69,6 +69,10 @@ class TensorSpec:
             n *= s
         return n
 
+    def layout_key(self) -> tuple[tuple[int, int], ...]:
+        """(size, stride) of every dim of size > 1: what decides where each element lives in memory."""
+        return tuple((sz, st) for sz, st in zip(self.shape, self.stride) if sz != 1)
+
     @property
     def itemsize(self) -> int:
         return torch.empty((), dtype=to_dtype(self.dtype)).element_size()
@@ -281,3 +285,8 @@ def signature_of(node: torch.fx.Node, arch: str | None = None) -> OpSignature:
         used_outputs=used_outputs_of(node, len(outs)),
         arch=arch or arch_of(device),
     )
+
+
+def layout_key_of(t: torch.Tensor) -> tuple[tuple[int, int], ...]:
+    """:meth:`TensorSpec.layout_key` of a live tensor (the launcher compares the two before every launch)."""
+    return tuple((sz, st) for sz, st in zip(t.shape, t.stride()) if sz != 1)

@@ -26,9 +26,12 @@ DEFAULT_OPS = (
 
 
 class CpuProvider:
-    def __init__(self, ops: Sequence[str] = DEFAULT_OPS, fail_on: str | None = None) -> None:
+    def __init__(self, ops: Sequence[str] = DEFAULT_OPS, fail_on: str | None = None,
+                 reads_signature_layout: bool = False) -> None:
         self.ops = set(ops)
         self.fail_on = fail_on
+        # like a CUDA kernel: index each input's memory with the strides of the signature, never the real ones
+        self.reads_signature_layout = reads_signature_layout
         self.calls: Counter[str] = Counter()
         self.cards_seen: list[OperatorCard] = []
         self.served: dict[str, OpSignature] = {}
@@ -67,8 +70,12 @@ class CpuProvider:
                           "cpu test impl", 1.0)
 
     def _runner(self, sig: OpSignature):
+        specs = [t for _, t in sig.tensor_args()]
+
         def run(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
             self.calls[sig.op] += 1
+            if self.reads_signature_layout:
+                inputs = [x.as_strided(s.shape, s.stride) for x, s in zip(inputs, specs)]
             return conform([o.clone() for o in call_aten(sig, inputs)], [sig.outputs[i] for i in sig.used_outputs])
 
         return run

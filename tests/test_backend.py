@@ -205,3 +205,56 @@ def test_without_a_fingerprint_the_aot_cache_is_bypassed(tmp_path):
     run_compiled(make_backend(provider), opts)
     assert counters["aot_autograd"]["autograd_cache_hit"] == 0
     assert counters["inductor"]["fxgraph_cache_hit"] == 1  # Note [a decomposition table Inductor's cache can key on]
+
+
+class ResnetBlock(torch.nn.Module):
+    """An SD-VAE ResnetBlock2D: conv -> norm -> silu -> conv -> norm -> silu -> conv, plus the residual. Inside
+    Inductor the convs' outputs may be channels-last (Inductor's layout optimisation)."""
+
+    def __init__(self, c=32):
+        super().__init__()
+        self.n1, self.n2 = torch.nn.GroupNorm(8, c, eps=1e-6), torch.nn.GroupNorm(8, c, eps=1e-6)
+        self.c0, self.c1, self.c2 = (torch.nn.Conv2d(c, c, 3, padding=1) for _ in range(3))
+
+    def forward(self, x):
+        x = self.c0(x)
+        h = self.c1(F.silu(self.n1(x)))
+        h = self.c2(F.silu(self.n2(h)))
+        return x + h
+
+
+class ConvPool(torch.nn.Module):
+    """A ResNet tail: convs, then the global average pool (``mean.dim``) of a possibly channels-last conv output."""
+
+    def __init__(self, c=32):
+        super().__init__()
+        self.c0, self.c1 = torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.c1(torch.relu(self.c0(x)))).mean((2, 3))
+
+
+@pytest.mark.parametrize("inner", ["eager", "inductor"])
+@pytest.mark.parametrize("model,op,calls", [(ResnetBlock, "aten.native_group_norm.default", 2),
+                                           (ConvPool, "aten.mean.dim", 1)])
+def test_kernels_get_inputs_in_their_signature_layout(inner, model, op, calls):
+    """Note [kernel inputs keep their layout]: a provider that reads memory with the signature's strides, as a CUDA
+    kernel does, must still match eager: Inductor may not hand it a channels-last conv output."""
+    torch.manual_seed(0)
+    m, x = model().eval(), torch.randn(2, 32, 16, 16)
+    provider = CpuProvider(ops=[op], reads_signature_layout=True)
+    with torch.no_grad():
+        expected = m(x)
+        got = torch.compile(m, backend=make_backend(provider), options={"inner": inner})(x)
+    assert provider.calls[op] == calls
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_layout_key_ignores_size_one_dims_and_tells_layouts_apart():
+    from forge_backend.signature import TensorSpec, layout_key_of
+
+    x = torch.randn(1, 8, 4, 4)
+    assert layout_key_of(x) == TensorSpec.of(x).layout_key()
+    cl = x.to(memory_format=torch.channels_last)
+    assert layout_key_of(cl) != TensorSpec.of(x).layout_key()
+    assert layout_key_of(torch.randn(8, 1, 16)) == layout_key_of(torch.randn(8, 16).unsqueeze(1))

@@ -23,7 +23,7 @@ from ..cards import OperatorCard
 from ..contract import Candidate, ResolvedLaunch, resolve_plan
 from ..errors import CandidateFailure, ContractViolation, PlanError, ToolchainUnavailable
 from ..registry import conform
-from ..signature import TensorSpec, to_dtype
+from ..signature import TensorSpec, layout_key_of, to_dtype
 
 log = logging.getLogger("kforge")
 _CTYPES = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float}
@@ -105,6 +105,7 @@ class Launcher:
         self.in_index = {t.name: i for i, t in enumerate(card.inputs)}
         self.align = max(candidate.requires_align, 1)
         self.fallback = fallback
+        self._in_layouts = [t.spec.layout_key() for t in card.inputs]
         self._blocks = [_ParamBlock(l) for l in self.launches]
         self._lock = threading.Lock()
         self._device_index = device.index if device.index is not None else torch.cuda.current_device()
@@ -140,12 +141,19 @@ class Launcher:
         a = self.align
         return a <= 1 or all(t.data_ptr() % a == 0 for t in tensors)
 
+    def laid_out(self, inputs: Sequence[torch.Tensor]) -> bool:
+        """Every input has the strides the kernel was generated for (sizes-1 dims aside)."""
+        return all(layout_key_of(t) == want for t, want in zip(inputs, self._in_layouts))
+
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         outputs = self.allocate_outputs()
-        if not self.aligned(inputs):
+        if not self.aligned(inputs) or not self.laid_out(inputs):
+            # Note [kernel inputs keep their layout] in rewrite.py: a kernel indexes memory with the strides
+            # baked in from its signature, so another layout (or a misaligned pointer) runs PyTorch's op instead
             if self.fallback is None:
-                raise CandidateFailure("launch", f"input pointer not aligned to {self.align} bytes")
-            counters["kforge"]["alignment_fallback"] += 1
+                raise CandidateFailure("launch", f"an input is not aligned to {self.align} bytes or not laid out as "
+                                                 f"the signature says")
+            counters["kforge"]["layout_fallback"] += 1
             return conform(self.fallback(inputs), self.out_specs)
         self.launch_into(inputs, outputs)
         return outputs
