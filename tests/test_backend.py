@@ -258,3 +258,46 @@ def test_layout_key_ignores_size_one_dims_and_tells_layouts_apart():
     cl = x.to(memory_format=torch.channels_last)
     assert layout_key_of(cl) != TensorSpec.of(x).layout_key()
     assert layout_key_of(torch.randn(8, 1, 16)) == layout_key_of(torch.randn(8, 16).unsqueeze(1))
+
+
+def _targets_seen(monkeypatch):
+    import forge_backend.backend as backend_mod
+
+    seen = []
+    original = backend_mod._rewrite_or_keep
+
+    def spy(gm, *args, **kwargs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return original(gm, *args, **kwargs)
+
+    monkeypatch.setattr(backend_mod, "_rewrite_or_keep", spy)
+    return seen
+
+
+def test_eager_path_keeps_in_place_updates(monkeypatch):
+    """Note [the eager path keeps in-place updates]: an in-place write into a view stays a copy_ into that view,
+    not a scatter that copies the whole base, and the replaced softmaxes read the values at the right point."""
+    seen = _targets_seen(monkeypatch)
+
+    def f(x):
+        y = x * 2
+        y[:, 1:5] = torch.softmax(y[:, 1:5], -1)
+        return torch.softmax(y, -1)
+
+    provider, x = CpuProvider(), torch.randn(6, 9)
+    with torch.no_grad():
+        got = torch.compile(f, backend=make_backend(provider))(x)
+    torch.testing.assert_close(got, f(x))
+    assert provider.calls["aten._softmax.default"] == 2
+    assert "aten.copy_.default" in seen and not any("scatter" in t for t in seen)
+
+
+def test_dynamic_shapes_take_the_aot_path(monkeypatch):
+    seen = _targets_seen(monkeypatch)
+    provider = CpuProvider()
+    f = torch.compile(lambda x: torch.softmax(x * 2, -1), backend=make_backend(provider), dynamic=True)
+    with torch.no_grad():
+        for n in (5, 7):
+            x = torch.randn(n, 9)
+            torch.testing.assert_close(f(x), torch.softmax(x * 2, -1))
+    assert seen  # kforge still saw the graph; symbolic sizes leave its nodes to PyTorch
