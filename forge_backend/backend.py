@@ -142,6 +142,9 @@ def _trace_in_place(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
                 for t in example_inputs]
         with fake_mode, torch.no_grad():
             traced = make_fx(gm, pre_dispatch=False)(*fake)
+        for node in traced.graph.find_nodes(op="get_attr"):
+            if isinstance(getattr(traced, node.target, None), torch._subclasses.FakeTensor):
+                raise RuntimeError(f"constant {node.target} was captured as a fake tensor")
     except Exception as e:  # the AOTAutograd path still works: Note [the user's model never breaks]
         counters["kforge"]["in_place_trace_fallback"] += 1
         log.info("kforge: tracing without functionalization failed (%s: %s); using AOTAutograd",

@@ -301,3 +301,16 @@ def test_dynamic_shapes_take_the_aot_path(monkeypatch):
             x = torch.randn(n, 9)
             torch.testing.assert_close(f(x), torch.softmax(x * 2, -1))
     assert seen  # kforge still saw the graph; symbolic sizes leave its nodes to PyTorch
+
+
+def test_eager_path_with_a_tensor_constant_in_forward():
+    """Constants made inside forward (torch.tensor) must be real in the traced graph."""
+    provider = CpuProvider()
+
+    def f(x):
+        return torch.softmax(x * torch.tensor([2.0, 3.0, 4.0]), -1)
+
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(f, backend=make_backend(provider))(x), f(x))
+    assert provider.calls["aten._softmax.default"] == 1
