@@ -105,6 +105,8 @@ class Launcher:
         self.in_index = {t.name: i for i, t in enumerate(card.inputs)}
         self.align = max(candidate.requires_align, 1)
         self.fallback = fallback
+        self._out_alloc = [(s.shape, s.stride, to_dtype(s.dtype)) for s in self.out_specs]  # hot path: no lookups
+        self._in_strides = [tuple(t.spec.stride) for t in card.inputs]
         self._in_layouts = [t.spec.layout_key() for t in card.inputs]
         self._blocks = [_ParamBlock(l) for l in self.launches]
         self._lock = threading.Lock()
@@ -134,16 +136,20 @@ class Launcher:
                     raise CandidateFailure("plan", f"plan writes output {payload}; used outputs: {list(self.out_index)}")
 
     def allocate_outputs(self) -> list[torch.Tensor]:
-        return [torch.empty_strided(s.shape, s.stride, dtype=to_dtype(s.dtype), device=self.device)
-                for s in self.out_specs]
+        return [torch.empty_strided(shape, stride, dtype=dtype, device=self.device)
+                for shape, stride, dtype in self._out_alloc]
 
     def aligned(self, tensors: Sequence[torch.Tensor]) -> bool:
         a = self.align
         return a <= 1 or all(t.data_ptr() % a == 0 for t in tensors)
 
     def laid_out(self, inputs: Sequence[torch.Tensor]) -> bool:
-        """Every input has the strides the kernel was generated for (sizes-1 dims aside)."""
-        return all(layout_key_of(t) == want for t, want in zip(inputs, self._in_layouts))
+        """Every input has the strides the kernel was generated for (size-1 dims aside). The exact-stride compare
+        is the fast path on every call; the size-1-insensitive one runs only when it fails."""
+        for t, strides, want in zip(inputs, self._in_strides, self._in_layouts):
+            if t.stride() != strides and layout_key_of(t) != want:
+                return False
+        return True
 
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         outputs = self.allocate_outputs()
