@@ -180,8 +180,9 @@ def main() -> None:
 def _notes(bw: float) -> list[str]:
     return [f"Timer: CUDA events around one call, median of 30 repeats after 5 warm-ups, a 512 MiB read before "
             f"every repeat flushes the L2 (Note [why flush before each repeat]). floor = (input + output bytes) / "
-            f"{bw:.0f} GB/s (copy bandwidth measured in this run); pct_bw = floor / kforge_us. kforge = torch.compile(fn, backend=kforge), rest of the "
-            f"graph eager, after a template MCTS search of `iterations` iterations (50 for the seed rows)."]
+            f"{bw:.0f} GB/s (copy bandwidth measured in this run); pct_bw = floor / kforge_us. kforge = "
+            f"torch.compile(fn, backend=kforge), rest of the graph eager, after a template MCTS search of "
+            f"`iterations` iterations (50 for the seed rows)."]
 
 
 if __name__ == "__main__":
