@@ -155,8 +155,8 @@ def main() -> None:
         rows.append(row)
         log(f"{item}: " + ", ".join(f"{k}={row[k]:.3g}" if isinstance(row[k], float) else f"{k}={row[k]}"
                                     for k in COLUMNS[2:]))
-        write_results(args.out / ("models_check" if args.check else "models"), env, rows, COLUMNS,
-                      "kforge end-to-end models (H200)" + (" with check=True: timings not comparable" if args.check else ""))
+        title = "kforge end-to-end models (H200)" + (", check=True: timings not comparable" if args.check else "")
+        write_results(args.out / ("models_check" if args.check else "models"), env, rows, COLUMNS, title)
         torch.cuda.empty_cache()
     distinct = {k for r in rows for k in r.get("replaced_keys", [])}
     log(f"kernels beating eager, summed over models: {sum(r.get('kernels_beating_eager', 0) for r in rows)}; "
