@@ -132,6 +132,20 @@ def _worker_main(conn, cache_dir: str, device_index: int) -> None:
             conn.send({"error": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"})
 
 
+def inductor_single_op(card, inputs: list) -> Any:
+    """Inductor's compiled version of the card's op alone. The op is first traced to a one-node ATen graph, so
+    Dynamo compiles plain generated code (tracing kforge's own ``call_aten`` could graph-break and time eager)."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ..reference import call_aten
+
+    sig = card.signature_obj()
+    with torch.no_grad():
+        graph = make_fx(lambda *xs: call_aten(sig, list(xs)))(*inputs)
+    return torch.compile(graph, dynamic=False)
+
+
 class _WorkerState:
     def __init__(self, cache_dir: Path | None, device_index: int) -> None:
         import torch
@@ -194,12 +208,10 @@ class _WorkerState:
     def inductor_us(self, card) -> float:
         """Device time of Inductor's compiled version of the op alone, replayed from a CUDA graph (so its Python
         wrapper is not timed); see Note [the baseline inside Inductor] in cuda_provider.py."""
-        from ..reference import call_aten
-
         torch = self.torch
-        sig, inputs = card.signature_obj(), self.timing_inputs(card)
+        inputs = self.timing_inputs(card)
         torch._dynamo.reset()
-        fn = torch.compile(lambda *xs: call_aten(sig, list(xs)), dynamic=False)
+        fn = inductor_single_op(card, inputs)
         with torch.no_grad():
             stream = torch.cuda.Stream(self.device)
             stream.wait_stream(torch.cuda.current_stream(self.device))
