@@ -77,6 +77,22 @@ class PrefillSampler(torch.nn.Module):
         return torch.softmax(logits.float(), dim=-1)
 
 
+def build_prefill_sampler(model_cls: Any, config: Any, device: torch.device | str | None = None,
+                          dtype: torch.dtype | None = None, positions: int = 64) -> PrefillSampler:
+    """A causal LM built from ``config`` with seeded random weights (bf16 on the GPU, fp32 on the CPU by default),
+    wrapped as a prefill + sampling softmax over its last ``positions`` logits."""
+    dev, dt = placement(device, dtype, torch.bfloat16)
+    torch.manual_seed(0)
+    with dev, default_dtype(dt):
+        lm = model_cls(config)
+    return PrefillSampler(lm.eval(), positions)
+
+
+def prompt_tokens() -> int:
+    """The LLM examples' prompt length: 2048 tokens on the GPU, 128 on the CPU."""
+    return 2048 if on_gpu() else 128
+
+
 def variant(module: ModuleType, setting: str) -> tuple[Callable[[], torch.nn.Module], Callable[[], Any]]:
     """The ``(get_model, get_inputs)`` pair of one setting; the default setting also has the plain names."""
     settings: Sequence[str] = module.SETTINGS

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common, also when loaded as a MODEL_SPEC file
-from _common import PrefillSampler, default_dtype, main_of, on_gpu, placement, random_tokens  # noqa: E402
+from _common import PrefillSampler, build_prefill_sampler, main_of, prompt_tokens, random_tokens  # noqa: E402
 
 SETTINGS = ["sdpa", "eager_attn"]
 LAYER_TYPES = ("sliding_attention", "full_attention", "full_attention")
@@ -72,16 +72,7 @@ def text_config(attn: str = "sdpa", layer_types: tuple[str, ...] = LAYER_TYPES,
 
 def build_model(config, device: torch.device | str | None = None, dtype: torch.dtype | None = None,
                 positions: int = SAMPLED_POSITIONS) -> PrefillSampler:
-    _, model_cls = _classes()
-    dev, dt = placement(device, dtype, torch.bfloat16)
-    torch.manual_seed(0)
-    with dev, default_dtype(dt):
-        lm = model_cls(config)
-    return PrefillSampler(lm.eval(), positions)
-
-
-def _prompt_tokens() -> int:
-    return 2048 if on_gpu() else 128
+    return build_prefill_sampler(_classes()[1], config, device, dtype, positions)
 
 
 def get_model_sdpa():
@@ -89,7 +80,7 @@ def get_model_sdpa():
 
 
 def get_inputs_sdpa():
-    return random_tokens(_prompt_tokens(), E2B_TEXT_CONFIG["vocab_size"])
+    return random_tokens(prompt_tokens(), E2B_TEXT_CONFIG["vocab_size"])
 
 
 def get_model_eager_attn():
@@ -97,7 +88,7 @@ def get_model_eager_attn():
 
 
 def get_inputs_eager_attn():
-    return random_tokens(_prompt_tokens(), E2B_TEXT_CONFIG["vocab_size"])
+    return random_tokens(prompt_tokens(), E2B_TEXT_CONFIG["vocab_size"])
 
 
 get_model, get_inputs = get_model_sdpa, get_inputs_sdpa

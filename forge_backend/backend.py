@@ -99,7 +99,7 @@ def make_backend(provider: KernelProvider | None = None,
             return _run_inner(gm, example_inputs, cfg)
         try:
             if cfg.inner == "inductor":  # compile_fx may mutate its input: keep gm intact for the fallback
-                return _compile_with_inductor(_copy_module(gm), example_inputs, cfg, provider, report, on_report)
+                return _compile_with_inductor(_copy_module(gm), example_inputs, cfg, provider, on_report)
             traced = _trace_in_place(gm, example_inputs)
             if traced is not None:
                 return _rewrite_or_keep(traced, cfg, provider, report, on_report).forward
@@ -250,7 +250,7 @@ def _decomp_table_without(dropped: tuple[str, ...]) -> _DecompTable:
 
 
 def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: KforgeConfig,
-                           provider: KernelProvider | None, report: CompileReport,
+                           provider: KernelProvider | None,
                            on_report: Callable[[CompileReport], None] | None) -> Callable:
     """Note [kforge inside Inductor]
     Inductor decomposes softmax and the norms before its inner compiler sees the graph, and re-tracing an ATen graph
@@ -263,7 +263,7 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
     instead the inner compiler stops, and the whole compile runs again with the leftovers' overloads back in
     Inductor's decomposition table, so Inductor decomposes them in its own trace. The kernel decisions are cached by
     the provider, so a retry costs one more trace. Which overloads a graph needs decomposed is remembered per graph
-    (in this process and in the cache directory), so a warm compile gets it right the first time.
+    (in the cache directory), so a warm compile gets it right the first time.
 
     Note [kforge and Inductor's caches]
     Inductor's FX graph cache keys on the rewritten graph (and on the decomposition table: see Note [a
@@ -318,16 +318,9 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
             plans.put(graph_key, sorted(str(op) for op in decompose))
         if attempt_report.cached:
             log.info("kforge: Inductor's cache served this graph; its kernels load by key when first called")
-        _merge(report, attempt_report)
-        _emit(report, on_report)
+        _emit(attempt_report, on_report)  # one report per graph: the attempt that compiled it
         return compiled
     raise AssertionError("unreachable: the last attempt keeps no overload, so it has no leftovers")
-
-
-def _merge(into: CompileReport, src: CompileReport) -> None:
-    for f in ("ops_seen", "candidates", "signatures", "replaced", "groups", "skipped", "fallback", "seconds",
-              "cached"):
-        setattr(into, f, getattr(src, f))
 
 
 def _rewrite_or_keep(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: KernelProvider | None,

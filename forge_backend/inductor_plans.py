@@ -3,7 +3,7 @@
 A plan is a hint, never a correctness input: it only says which overloads a previous compile of the same graph
 found nodes of that kforge left to Inductor. With the plan, a warm compile runs Inductor's trace once instead of
 stopping at the leftovers and retrying. A stale plan (the cache gained or lost kernels since) costs at most a retry
-or a missed replacement. Plans live in this process and as small JSON files under ``<cache_dir>/inductor_plans``.
+or a missed replacement. Plans are small JSON files under ``<cache_dir>/inductor_plans``.
 """
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from .fsutil import atomic_write
 
 log = logging.getLogger("kforge")
 PLAN_VERSION = 1
-_MEMORY: dict[tuple[str, str], list[str]] = {}  # (plans folder, graph key) -> overloads
 
 
 class InductorPlans:
@@ -36,21 +35,16 @@ class InductorPlans:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def get(self, key: str) -> set[str]:
-        mkey = (str(self.dir), key)
-        if mkey not in _MEMORY:
-            path = self.dir / f"{key}.json"
-            try:
-                ops = json.loads(path.read_text())["decompose"]
-                _MEMORY[mkey] = [str(o) for o in ops]
-            except FileNotFoundError:
-                return set()
-            except (OSError, ValueError, KeyError, TypeError) as e:  # unreadable: a miss, reported
-                log.warning("kforge: ignoring unreadable Inductor plan %s (%s)", path, e)
-                return set()
-        return set(_MEMORY[mkey])
+        path = self.dir / f"{key}.json"
+        try:
+            return {str(o) for o in json.loads(path.read_text())["decompose"]}
+        except FileNotFoundError:
+            return set()
+        except (OSError, ValueError, KeyError, TypeError) as e:  # unreadable: a miss, reported
+            log.warning("kforge: ignoring unreadable Inductor plan %s (%s)", path, e)
+            return set()
 
     def put(self, key: str, ops: list[str]) -> None:
-        _MEMORY[(str(self.dir), key)] = list(ops)
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             atomic_write(self.dir / f"{key}.json", json.dumps({"version": PLAN_VERSION, "decompose": ops}).encode())

@@ -13,7 +13,7 @@ import hashlib
 import json
 import operator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -71,7 +71,7 @@ class TensorSpec:
 
     def layout_key(self) -> tuple[tuple[int, int], ...]:
         """(size, stride) of every dim of size > 1: what decides where each element lives in memory."""
-        return tuple((sz, st) for sz, st in zip(self.shape, self.stride) if sz != 1)
+        return _layout_key(self.shape, self.stride)
 
     @property
     def itemsize(self) -> int:
@@ -289,4 +289,8 @@ def signature_of(node: torch.fx.Node, arch: str | None = None) -> OpSignature:
 
 def layout_key_of(t: torch.Tensor) -> tuple[tuple[int, int], ...]:
     """:meth:`TensorSpec.layout_key` of a live tensor (the launcher compares the two before every launch)."""
-    return tuple((sz, st) for sz, st in zip(t.shape, t.stride()) if sz != 1)
+    return _layout_key(t.shape, t.stride())
+
+
+def _layout_key(shape: Sequence[int], stride: Sequence[int]) -> tuple[tuple[int, int], ...]:
+    return tuple((sz, st) for sz, st in zip(shape, stride) if sz != 1)

@@ -120,11 +120,12 @@ class Launcher:
         drv = _driver()
         attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         cluster = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+        clusters = "__cluster_dims__" in self.candidate.source
         for l in self.launches:
             fn = self.module.functions[l.kernel]
             if l.smem > 48 * 1024:
                 _check(drv.cuFuncSetAttribute(fn, attr, l.smem), "cuFuncSetAttribute")
-            if "__cluster_dims__" in self.candidate.source:
+            if clusters:
                 _check(drv.cuFuncSetAttribute(fn, cluster, 1), "cuFuncSetAttribute(non-portable cluster size)")
 
     def _validate_pointers(self) -> None:
@@ -152,7 +153,6 @@ class Launcher:
         return True
 
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        outputs = self.allocate_outputs()
         if not self.aligned(inputs) or not self.laid_out(inputs):
             # Note [kernel inputs keep their layout] in rewrite.py: a kernel indexes memory with the strides
             # baked in from its signature, so another layout (or a misaligned pointer) runs PyTorch's op instead
@@ -161,6 +161,7 @@ class Launcher:
                                                  f"the signature says")
             counters["kforge"]["layout_fallback"] += 1
             return conform(self.fallback(inputs), self.out_specs)
+        outputs = self.allocate_outputs()
         self.launch_into(inputs, outputs)
         return outputs
 

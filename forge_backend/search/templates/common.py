@@ -269,6 +269,17 @@ def typedefs(**dtypes: str) -> str:
 # `ok` (this thread's row exists), `xr` (row pointer), `cbeg`/`cend` (column range), and for caches `c`.
 
 
+# The per-thread row set-up of a kernel with RPB rows per block of NT threads, TPR threads per row, over a
+# ``long long rows`` argument and tensors ``x`` (in) and ``y`` (out) of COLS columns.
+ROW_SETUP = """
+  const int lane = threadIdx.x % TPR;
+  const long long row = (long long)blockIdx.x * RPB + threadIdx.x / TPR;
+  const bool ok = row < rows;
+  const T* xr = x + (ok ? row : 0) * (long long)COLS;
+  TO* yr = y + row * (long long)COLS;
+  const int cbeg = 0, cend = COLS;"""
+
+
 def row_fill(src: str) -> str:
     """Load this thread's packs of [cbeg, cend) into the row cache ``c``."""
     slot = "c[i]" if src == "reg" else "c[i * TPR + lane]"

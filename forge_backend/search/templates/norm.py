@@ -32,10 +32,10 @@ from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
-from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, SMS, align_of, best_vec,
-                     cdiv, clamp, consts, filter_actions, flat_contiguous, input_spec, knob, launch, main_input,
-                     make_candidate, output_spec, pow2_ceil, row_fill, row_loop, same_layout, scale_knob, typedefs,
-                     vec_ok)
+from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMS, align_of,
+                     best_vec, cdiv, clamp, consts, filter_actions, flat_contiguous, input_spec, knob, launch,
+                     main_input, make_candidate, output_spec, pow2_ceil, row_fill, row_loop, same_layout, scale_knob,
+                     typedefs, vec_ok)
 
 OPS = {"aten.native_layer_norm.default": "layer_norm", "aten._fused_rms_norm.default": "rms_norm",
        "aten._native_batch_norm_legit_no_training.default": "batch_norm",
@@ -283,13 +283,7 @@ typedef Pack<T, VEC> P;
 typedef Pack<TO, VEC> PO;
 
 extern "C" __global__ __launch_bounds__(NT) void norm_rows({params}) {{
-  __shared__ float red[32];
-  const int lane = threadIdx.x % TPR;
-  const long long row = (long long)blockIdx.x * RPB + threadIdx.x / TPR;
-  const bool ok = row < rows;
-  const T* xr = x + (ok ? row : 0) * (long long)COLS;
-  TO* yr = y + row * (long long)COLS;
-  const int cbeg = 0, cend = COLS;
+  __shared__ float red[32];{ROW_SETUP}
   {"P c[NIT];" + row_fill("reg") if cache == "reg" else ""}
   {mean_stats}
   float q = 0.f;{row_loop(src, body_sq)}

@@ -25,9 +25,9 @@ from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
-from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, SMEM_LIMIT, SMS, align_of,
-                     best_vec, cdiv, clamp, consts, filter_actions, knob, launch, main_input, make_candidate,
-                     output_spec, pow2_ceil, row_fill, row_loop, scale_knob, typedefs, vec_ok)
+from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMEM_LIMIT, SMS,
+                     align_of, best_vec, cdiv, clamp, consts, filter_actions, knob, launch, main_input,
+                     make_candidate, output_spec, pow2_ceil, row_fill, row_loop, scale_knob, typedefs, vec_ok)
 
 OPS = ("aten._softmax.default", "aten._log_softmax.default")
 STRATEGIES = ("group", "block", "cluster", "split")
@@ -220,13 +220,7 @@ def _rows_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     return _header(card, p, TPR=tpr, NT=block, RPB=block // tpr, NIT=nit) + f"""
 extern "C" __global__ __launch_bounds__(NT) void softmax_rows(const T* __restrict__ x, TO* __restrict__ y, long long rows) {{
   __shared__ float red[32];
-  __shared__ float2 red2[32];
-  const int lane = threadIdx.x % TPR;
-  const long long row = (long long)blockIdx.x * RPB + threadIdx.x / TPR;
-  const bool ok = row < rows;
-  const T* xr = x + (ok ? row : 0) * (long long)COLS;
-  TO* yr = y + row * (long long)COLS;
-  const int cbeg = 0, cend = COLS;
+  __shared__ float2 red2[32];{ROW_SETUP}
   {decl}{fill}{_stats(src, p.get("online", False))}{_write(src, log)}
 }}
 """
