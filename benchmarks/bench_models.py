@@ -10,6 +10,7 @@ Writes models.json/.md under --out, one row at a time, so a run cut short keeps 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import tempfile
 import time
@@ -44,10 +45,21 @@ def rel_err(got, ref) -> float:
     return max(errs) if errs else float("nan")
 
 
-def median_ms(fn, inputs, reps: int = 10) -> float:
+def interleaved_ms(fns: dict, inputs, rounds: int = 5, reps: int = 4) -> dict:
+    """Median ms per call of each configuration, timed in alternating rounds (each round: every configuration,
+    ``reps`` timed calls after one warm-up), so that a drift of the host's speed during the run (other work, clock
+    changes) reaches every configuration alike. Host-bound models (ResNet-50 at batch 1) are sensitive to it."""
+    import statistics
+
     from forge_backend.measure import Timer
 
-    return Timer(torch.device("cuda", 0), flush_bytes=4).time(lambda: fn(*inputs), warmup=3, repeats=reps).median_us / 1e3
+    timer = Timer(torch.device("cuda", 0), flush_bytes=4)
+    samples: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t = timer.time(lambda: fn(*inputs), warmup=1, repeats=reps)
+            samples[name].append(t.median_us / 1e3)
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def first_call_s(fn, inputs) -> tuple[float, object]:
@@ -77,7 +89,10 @@ def profile(fn, inputs, path: Path) -> None:
 
 
 def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = None, check: bool = False) -> dict:
+    from torch._dynamo.utils import counters
+
     from forge_backend.backend import make_backend
+    from forge_backend.gpu_memory import poison_cached_memory
     from forge_backend.modelspec import load
     from forge_backend.store.local import LocalStore
 
@@ -86,30 +101,40 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
     opts = {"search_iterations": iterations, "search_seconds": 240, "cache_dir": cache, "check": check}
     with torch.no_grad():
         ref = model(*inputs)
-        eager = median_ms(model, inputs)
+        ref_sum = float(sum(t.double().sum() for t in _tensors(ref)))
         torch._dynamo.reset()
         ind = torch.compile(model)
         ind_compile, out_ind = first_call_s(ind, inputs)
-        inductor = median_ms(ind, inputs)
-        torch._dynamo.reset()
         reports = []
+        counters.clear()
         kfe = torch.compile(model, backend=make_backend(on_report=reports.append), options=opts)
-        cold, out_e = first_call_s(kfe, inputs)
-        kforge_eager = median_ms(kfe, inputs)
-        if profile_dir is not None:
-            profile(kfe, inputs, profile_dir / f"profile_{Path(spec.partition('::')[0]).stem}_kforge_eager.txt")
-            profile(model, inputs, profile_dir / f"profile_{Path(spec.partition('::')[0]).stem}_eager.txt")
-        torch._dynamo.reset()
+        cold, _ = first_call_s(kfe, inputs)
+        poison_cached_memory(torch.device("cuda", 0))  # Note [stale memory can look like a right answer]
+        out_e = kfe(*inputs)
+        eager_counters = dict(counters["kforge"])
+        counters.clear()
         kfi = torch.compile(model, backend="kforge", options={**opts, "inner": "inductor"})
-        _, out_i = first_call_s(kfi, inputs)
-        kforge_inductor = median_ms(kfi, inputs)
+        first_call_s(kfi, inputs)
+        poison_cached_memory(torch.device("cuda", 0))
+        out_i = kfi(*inputs)
+        inductor_counters = dict(counters["kforge"])
+        counters.clear()
+        ms = interleaved_ms({"eager": model, "inductor": ind, "kforge_eager": kfe, "kforge_inductor": kfi}, inputs)
+        call_counters = dict(counters["kforge"])  # kernel calls and layout fallbacks while timing
         if profile_dir is not None:
-            profile(kfi, inputs, profile_dir / f"profile_{Path(spec.partition('::')[0]).stem}_kforge_inductor.txt")
+            stem = Path(spec.partition("::")[0]).stem
+            for name, fn in (("kforge_eager", kfe), ("eager", model), ("kforge_inductor", kfi), ("inductor", ind)):
+                profile(fn, inputs, profile_dir / f"profile_{stem}_{name}.txt")
+        again = model(*inputs)  # eager once more: is eager deterministic, and did anything overwrite ``ref``?
+        ref_sum_after = float(sum(t.double().sum() for t in _tensors(ref)))
+        del ind, kfe, kfi
         torch._dynamo.reset()  # warm compiles: Inductor's caches and kforge's cache are both warm now
         ind_warm, _ = first_call_s(torch.compile(model), inputs)
         torch._dynamo.reset()
         kf_warm, _ = first_call_s(torch.compile(model, backend="kforge", options={**opts, "inner": "inductor"}),
                                   inputs)
+    eager, inductor, kforge_eager, kforge_inductor = (ms[k] for k in ("eager", "inductor", "kforge_eager",
+                                                                       "kforge_inductor"))
     keys = {key for r in reports for _, key, _ in r.replaced}
     store = LocalStore(cache)
     beating = sum(1 for k in keys if (rec := store.get(k)) and rec.decision == "kernel"
@@ -123,7 +148,27 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
             "kernels_beating_eager": beating, "replaced_keys": sorted(keys),
             "max_rel_err": max(rel_err(out_e, ref), rel_err(out_i, ref)),
             "kforge_eager_rel_err": rel_err(out_e, ref), "kforge_inductor_rel_err": rel_err(out_i, ref),
-            "inductor_rel_err": rel_err(out_ind, ref)}  # Inductor's own distance from eager, for scale
+            "inductor_rel_err": rel_err(out_ind, ref),  # Inductor's own distance from eager, for scale
+            # what happened on each path (replaced nodes, layout fallbacks, cache hits, checked calls...)
+            "kforge_eager_counters": eager_counters, "kforge_inductor_counters": inductor_counters,
+            "timing_counters": call_counters, "eager_rerun_rel_err": rel_err(again, ref),
+            "kforge_eager_vs_inductor_rel_err": rel_err(out_e, out_ind), "ref_overwritten": ref_sum_after != ref_sum}
+
+
+def merge(dirs: list[Path], out: Path) -> None:
+    """One models.json/.md from the halves of a run split over GPUs (run_device.sh models-split)."""
+    import json
+
+    parts = [json.loads((d / "models.json").read_text()) for d in dirs if (d / "models.json").exists()]
+    if not parts:
+        log(f"nothing to merge: no models.json under {', '.join(map(str, dirs))}")
+        return
+    env = {**parts[0]["environment"], "command": " + ".join(p["environment"]["command"] for p in parts),
+           "split": f"{len(parts)} processes side by side, one GPU and its own CPU cores each"}
+    rows = [r for p in parts for r in p["rows"]]
+    write_results(out / "models", env, rows, COLUMNS, "kforge end-to-end models (H200)")
+    log(f"merged {len(rows)} rows; kernels beating eager, summed over models: "
+        f"{sum(r.get('kernels_beating_eager', 0) for r in rows)}")
 
 
 def main() -> None:
@@ -136,7 +181,14 @@ def main() -> None:
     ap.add_argument("--check", action="store_true",
                     help="compare every kernel call with PyTorch (Note [checking inside a model]); slow, for finding "
                          "the op behind a max_rel_err far above Inductor's own")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="DIR",
+                    help="only merge the models.json of these directories (one run split over GPUs) into --out")
     args = ap.parse_args()
+    if args.merge:
+        merge(args.merge, args.out)
+        return
+    logging.basicConfig(format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("kforge").setLevel(logging.INFO)  # which kernels were used or left to PyTorch, and why
     if not torch.cuda.is_available():
         print("bench_models needs a CUDA GPU; none is visible here.")
         return
@@ -155,6 +207,10 @@ def main() -> None:
         rows.append(row)
         log(f"{item}: " + ", ".join(f"{k}={row[k]:.3g}" if isinstance(row[k], float) else f"{k}={row[k]}"
                                     for k in COLUMNS[2:]))
+        log(f"{item}: counters eager path {row['kforge_eager_counters']}, inductor path "
+            f"{row['kforge_inductor_counters']}, while timing {row['timing_counters']}; eager rerun rel err "
+            f"{row['eager_rerun_rel_err']:.3g}, kforge eager vs Inductor {row['kforge_eager_vs_inductor_rel_err']:.3g}, "
+            f"reference overwritten: {row['ref_overwritten']}")
         title = "kforge end-to-end models (H200)" + (", check=True: timings not comparable" if args.check else "")
         write_results(args.out / ("models_check" if args.check else "models"), env, rows, COLUMNS, title)
         torch.cuda.empty_cache()

@@ -4,21 +4,37 @@
 #   tests   the GPU tests (templates, runtime isolation, planted kernels, ResNet-50 cold/warm cache, LLM search)
 #   ops     benchmarks/bench_ops.py    -> ops.json/.md, first_kernels.json/.md
 #   models  benchmarks/bench_models.py -> models.json/.md
+#   models-split  the same on a 2-GPU machine, half the models per GPU (A=, B= choose the halves), merged
 #   overhead benchmarks/bench_overhead.py -> overhead.json/.md
 #   probe   benchmarks/probe_variants.py  -> probe.json (template variants timed without a search)
 # Extra arguments go to the benchmark; T=SECONDS bounds the stage (default 540) so stages can share one call. Results and logs are written under $OUT, which the device tool brings back;
 # copy them into benchmarks/results/h200/ and commit them. Each stage fits one 10-minute call.
+# On a 2-GPU machine two stages can share a call: run `setup` first, then each stage with its own
+# CUDA_VISIBLE_DEVICES, OUT and CPU set (taskset), in the background, and `wait`.
 set -uo pipefail
 what=${1:-tests}; shift || true
 OUT=${OUT:-/tmp/kforge-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KFORGE_CACHE_DIR=${KFORGE_CACHE_DIR:-/tmp/kforge-cache}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || exit 1
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
+if [ ! -e /tmp/site/.kforge-installed ]; then  # once per machine: stages may then run side by side, one per GPU
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
+  touch /tmp/site/.kforge-installed
+fi
+export PYTHONPATH=/tmp/site:$PWD
 case "$what" in
+  setup)  ;;  # only the install above
   tests)  # extra arguments choose test files (default: every GPU-marked test)
     TEST_ARTIFACTS_DIR=$OUT timeout ${T:-540} python3 -m pytest -q -p no:cacheprovider -m gpu -W ignore -rf --durations=12 "${@:-tests}" > "$OUT/gpu_tests.log" 2>&1
     tail -c 2500 "$OUT/gpu_tests.log" | tr -cd '\11\12\15\40-\176' ;;
+  models-split)  # two GPUs, one call: the models in two halves side by side, one GPU and half the CPUs each
+            half=$(( $(nproc) / 2 ))
+            CUDA_VISIBLE_DEVICES=0 OUT=$OUT/g0 KFORGE_CACHE_DIR=/tmp/kc0 taskset -c 0-$((half - 1)) \
+              bash "$0" models --models "${A:-sd35_vae::bf16_1024,qwen35_moe::eager_attn}" "$@" & p0=$!
+            CUDA_VISIBLE_DEVICES=1 OUT=$OUT/g1 KFORGE_CACHE_DIR=/tmp/kc1 taskset -c $half-$((2 * half - 1)) \
+              bash "$0" models --models "${B:-resnet50::fp16_b1,sd35_mmdit::bf16_txt333,gemma4::eager_attn}" "$@" & p1=$!
+            wait $p0 $p1
+            python3 benchmarks/bench_models.py --merge "$OUT/g0" "$OUT/g1" --out "$OUT" ;;
   ops)      timeout ${T:-560} python3 benchmarks/bench_ops.py --out "$OUT" "$@" > "$OUT/ops.log" 2>&1
             grep -aE "eager .* ind " "$OUT/ops.log" | cut -c1-200 ;;
   models)   timeout ${T:-560} python3 benchmarks/bench_models.py --out "$OUT" "$@" > "$OUT/models.log" 2>&1

@@ -193,6 +193,31 @@ def test_a_changed_fingerprint_misses_inductors_cache(tmp_path):
     assert len(reports[-1].replaced) == 4
 
 
+class Searching(CpuProvider):
+    """Its first ``kernels_for`` changes the fingerprint, as a search that stores new records does."""
+
+    def kernels_for(self, cards, cfg):
+        if not self.served:
+            self.generation += 1
+        return super().kernels_for(cards, cfg)
+
+
+def test_a_compile_that_searched_leaves_inductors_cache_warm(tmp_path):
+    """Note [a cold compile leaves a warm cache]: the next compile of the graph is a cache hit."""
+    from torch._dynamo.utils import counters
+
+    provider, reports = Searching(), []
+    opts = {"inner": "inductor", "cache_dir": str(tmp_path)}
+    counters.clear()
+    run_compiled(make_backend(provider, reports.append), opts)
+    assert counters["kforge"]["recompiled_for_cache"] == 1
+    torch._dynamo.reset()
+    counters.clear()
+    run_compiled(make_backend(provider, reports.append), opts)
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 1 and reports[-1].cached
+    assert counters["kforge"]["recompiled_for_cache"] == 0
+
+
 def test_without_a_fingerprint_the_aot_cache_is_bypassed(tmp_path):
     from torch._dynamo.utils import counters
 
@@ -314,3 +339,27 @@ def test_eager_path_with_a_tensor_constant_in_forward():
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(f, backend=make_backend(provider))(x), f(x))
     assert provider.calls["aten._softmax.default"] == 1
+
+
+def test_inside_inductor_parameters_stay_static_inputs(monkeypatch):
+    """Note [a copy keeps Dynamo's metadata]: kforge's copy of the graph must still read as Dynamo's, or Inductor's
+    code checks every parameter's alignment on every call (host time that grows with the parameter count)."""
+    import torch._inductor.compile_fx as compile_fx_module
+
+    seen = []
+    real = compile_fx_module.compile_fx_inner
+
+    def spy(gm, inputs, **kwargs):
+        seen.append(len(kwargs.get("static_input_idxs") or []))
+        return real(gm, inputs, **kwargs)
+
+    monkeypatch.setattr(compile_fx_module, "compile_fx_inner", spy)
+    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)
+    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.Linear(32, 8)).eval()
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        torch.compile(model, backend=lambda gm, ex: compile_fx_module.compile_fx(gm, ex, inner_compile=spy))(x)
+        torch._dynamo.reset()
+        torch.compile(model, backend=make_backend(CpuProvider()), options={"inner": "inductor"})(x)
+    assert len(seen) == 2 and seen[0] == seen[1] == 6  # two weights, two biases, the norm's weight and bias

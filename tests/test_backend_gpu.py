@@ -44,3 +44,30 @@ def test_resnet50_cold_then_warm_cache(tmp_path):
     assert warm["counters"].get("worker_calls", 0) == 0, warm["counters"]
     assert sorted(warm["replaced"]) == sorted(cold["replaced"])
     print("replaced:", cold["replaced"])
+
+
+def test_eager_path_kernels_write_their_outputs(tmp_path):
+    """Note [stale memory can look like a right answer]: conv -> group norm -> SiLU -> conv through the eager path,
+    run after the allocator's free memory is filled with NaN. A kernel that never wrote its output would hand on
+    NaN (or the previous run's values); the result must match eager within bf16 tolerance and the kernels must
+    have been launched."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from forge_backend.gpu_memory import poison_cached_memory
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.GroupNorm(32, 64), torch.nn.SiLU(),
+                                torch.nn.Conv2d(64, 32, 3, padding=1)).cuda().to(torch.bfloat16).eval()
+    x = torch.randn(1, 32, 96, 96, device="cuda", dtype=torch.bfloat16)
+    opts = {"cache_dir": str(tmp_path), "search_iterations": 4}
+    with torch.no_grad():
+        ref = model(x).float()
+        compiled = torch.compile(model, backend="kforge", options=opts)
+        compiled(x)
+        counters.clear()
+        poison_cached_memory(x.device)
+        out = compiled(x).float()
+    assert counters["kforge"]["kernel_calls"] >= 1, dict(counters["kforge"])
+    assert torch.isfinite(out).all()
+    assert ((out - ref).norm() / ref.norm()).item() < 2e-2

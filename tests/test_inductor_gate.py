@@ -3,6 +3,7 @@ baseline inside Inductor] in runtime/cuda_provider.py). The worker is a fake tha
 import pytest
 
 from forge_backend.config import KforgeConfig
+from forge_backend.inductor_gate import HOST_COST_US
 from forge_backend.runtime.cuda_provider import CudaProvider
 from test_store import make_record
 
@@ -24,8 +25,9 @@ def provider_with(tmp_path, record, inductor_us):
     return prov, cfg
 
 
-@pytest.mark.parametrize("inductor_us,used", [(10.0, True), (4.2, False), (4.1 * 1.03 + 0.01, True), (4.1, False)])
-def test_kernel_must_beat_inductor_by_the_margin(tmp_path, inductor_us, used):
+@pytest.mark.parametrize("inductor_us,used", [(20.0, True), (9.2, False), (4.1 * 1.03 + HOST_COST_US + 0.01, True),
+                                              (4.1 * 1.03 + HOST_COST_US - 0.01, False)])
+def test_kernel_must_beat_inductor_by_the_margin_and_the_call(tmp_path, inductor_us, used):
     rec = make_record()  # kforge_us 4.1
     prov, cfg = provider_with(tmp_path, rec, inductor_us)
     card = rec.card_obj()
@@ -34,10 +36,10 @@ def test_kernel_must_beat_inductor_by_the_margin(tmp_path, inductor_us, used):
 
 def test_inductor_time_is_measured_once_and_kept_in_the_record(tmp_path):
     rec = make_record()
-    prov, cfg = provider_with(tmp_path, rec, 9.0)
+    prov, cfg = provider_with(tmp_path, rec, 19.0)
     card = rec.card_obj()
     assert prov._beats_inductor(card, cfg) and prov._client.calls == ["inductor_baseline"]
-    assert prov.local.get(card.key).timings["inductor_us"] == 9.0
+    assert prov.local.get(card.key).timings["inductor_us"] == 19.0
     fresh, _ = provider_with(tmp_path / "unused", rec, 1.0)  # a new process reads the stored time, no worker call
     fresh.local = prov.local
     fresh.store = prov.store

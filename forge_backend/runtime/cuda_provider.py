@@ -9,12 +9,14 @@ Note [the baseline inside Inductor]
 A record says its kernel beats *eager*. Inside Inductor (``inner="inductor"``) the op would otherwise run as
 Inductor's own kernel, often much faster than eager, and a replaced node also costs Inductor its fusions around
 it. So under Inductor a kernel is used only when it beats Inductor's compiled version of the same single op by the
-margin. That time is measured once per signature in the worker (device time of a CUDA-graph replay, so Inductor's
+margin, with the costs of an extern call added (Note [what replacing a node costs inside Inductor]). That time is
+measured once per signature in the worker (device time of a CUDA-graph replay, so Inductor's
 Python wrapper is not counted against it) and kept in the record as ``timings["inductor_us"]``. The comparison
 favours Inductor: in the real graph Inductor may also fuse the op with its neighbours, which only makes it faster.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import torch
@@ -24,6 +26,7 @@ from ..cards import OperatorCard
 from ..check import checked
 from ..config import KforgeConfig
 from ..errors import CandidateFailure, KforgeError
+from ..inductor_gate import replaces
 from ..reference import call_aten
 from ..registry import KernelImpl, conform
 from ..store.local import LocalStore
@@ -64,6 +67,7 @@ class CudaProvider:
         self._client: WorkerClient | None = None
         self._loaded: dict[tuple[str, bool], KernelImpl] = {}  # (key, check) -> loaded kernel
         self._vs_inductor: dict[str, bool] = {}  # key -> the kernel beats Inductor's single-op time
+        self._inductor_times: dict[str, tuple[float, float]] = {}  # key -> (kforge_us, inductor_us) where it does
 
     @classmethod
     def shared(cls, cfg: KforgeConfig) -> "CudaProvider":
@@ -95,9 +99,12 @@ class CudaProvider:
                 log.warning("kforge: %s %s left to PyTorch: %s: %s", card.op,
                             [list(t.spec.shape) for t in card.inputs[:1]], type(e).__name__, e)
                 continue
-            if impl is not None and cfg.inner == "inductor" and not self._beats_inductor(card, cfg):
-                counters["kforge"]["kept_for_inductor"] += 1
-                continue
+            if impl is not None and cfg.inner == "inductor":
+                if not self._beats_inductor(card, cfg):
+                    counters["kforge"]["kept_for_inductor"] += 1
+                    continue
+                kf, ind = self._inductor_times[card.key]  # the rewrite weighs each node's fusions with them
+                impl = dataclasses.replace(impl, extra={**impl.extra, "kforge_us": kf, "inductor_us": ind})
             if impl is not None:
                 impls[card.key] = impl
         return impls
@@ -155,8 +162,11 @@ class CudaProvider:
                 return False
             if record.source == "local":
                 self.local.put(record.replace(timings={**record.timings, "inductor_us": ind}))
+            record = record.replace(timings={**record.timings, "inductor_us": ind})
         kf = record.timings.get("kforge_us")
-        ok = kf is not None and kf * (1.0 + cfg.margin) < ind
+        ok = kf is not None and replaces(kf, ind, card.bytes_min, 0, cfg.margin)
+        if ok:
+            self._inductor_times[card.key] = (kf, ind)
         log.info("kforge: %s kernel %.1f us vs Inductor %.1f us: %s", card.op, kf or float("nan"), ind,
                  "replaced" if ok else "left to Inductor")
         self._vs_inductor[card.key] = ok

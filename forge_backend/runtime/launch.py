@@ -161,6 +161,7 @@ class Launcher:
                                                  f"the signature says")
             counters["kforge"]["layout_fallback"] += 1
             return conform(self.fallback(inputs), self.out_specs)
+        counters["kforge"]["kernel_calls"] += 1
         outputs = self.allocate_outputs()
         self.launch_into(inputs, outputs)
         return outputs

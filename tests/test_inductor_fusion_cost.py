@@ -1,0 +1,110 @@
+"""Note [what replacing a node costs inside Inductor]: the bytes a replaced node makes real, and the decision."""
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from cpu_provider import CpuProvider
+from forge_backend.backend import make_backend
+from forge_backend.inductor_gate import HOST_COST_US, fused_traffic_bytes, replaces
+
+LN = torch.ops.aten.native_layer_norm.default
+SOFTMAX = torch.ops.aten._softmax.default
+
+
+def node_of(fn, target, *args):
+    gm = make_fx(fn)(*args)
+    nodes = [n for n in gm.graph.nodes if n.target == target]
+    assert len(nodes) == 1
+    return nodes[0]
+
+
+def test_an_output_read_by_a_pointwise_op_counts_twice():
+    x, w, b = torch.randn(8, 64), torch.randn(64), torch.randn(64)
+
+    def modulated(x, w, b):
+        return torch.ops.aten.native_layer_norm(x, [64], w, b, 1e-5)[0] * 2.0
+
+    def plain(x, w, b):
+        return torch.ops.aten.native_layer_norm(x, [64], w, b, 1e-5)[0]
+
+    assert fused_traffic_bytes(node_of(modulated, LN, x, w, b)) == 2 * x.numel() * 4
+    assert fused_traffic_bytes(node_of(plain, LN, x, w, b)) == 0
+
+
+def test_an_input_made_by_a_pointwise_op_counts_twice_through_views():
+    x = torch.randn(4, 8, 16)
+
+    def scaled(x):
+        return torch.ops.aten._softmax((x * 0.5).view(32, 16), -1, False)
+
+    def through_a_view_after(x):
+        return torch.ops.aten._softmax(x, -1, False).view(32, 16) + 1.0
+
+    assert fused_traffic_bytes(node_of(scaled, SOFTMAX, x)) == 2 * x.numel() * 4
+    assert fused_traffic_bytes(node_of(through_a_view_after, SOFTMAX, x)) == 2 * x.numel() * 4
+
+
+def test_a_matmul_neighbour_is_not_a_fusion():
+    x, w = torch.randn(16, 32), torch.randn(32, 32)
+
+    def f(x, w):
+        return torch.ops.aten._softmax(x @ w, -1, False) @ w
+
+    assert fused_traffic_bytes(node_of(f, SOFTMAX, x, w)) == 0
+
+
+@pytest.mark.parametrize("fused,used", [(0, True), (10**6, False)])
+def test_fused_bytes_are_charged_at_the_kernels_own_rate(fused, used):
+    # 10 us for 1 MB: 1 MB more traffic costs 10 us more, so 10*1.03 + 10 + host > 18.8 but 10*1.03 + host < 18.8
+    assert replaces(10.0, 18.8, 10**6, fused, 0.03) is used
+    assert not replaces(10.0, 10.0 * 1.03 + HOST_COST_US - 0.01, 10**6, 0, 0.03)
+
+
+class Timed(CpuProvider):
+    """Serves layer norms with the timings a CUDA provider attaches inside Inductor."""
+
+    def _impl(self, key, sig):
+        import dataclasses
+
+        return dataclasses.replace(super()._impl(key, sig), extra={"kforge_us": 10.0, "inductor_us": 18.8})
+
+
+def compiled_counters(fn, *args):
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    provider = Timed(ops=["aten.native_layer_norm.default"])
+    with torch.no_grad():
+        out = torch.compile(fn, backend=make_backend(provider), options={"inner": "inductor"})(*args)
+    torch.testing.assert_close(out, fn(*args), rtol=1e-4, atol=1e-5)
+    return dict(counters["kforge"])
+
+
+def test_inside_inductor_a_norm_feeding_a_pointwise_op_stays_with_inductor():
+    ln = torch.nn.LayerNorm(64)
+    x = torch.randn(8, 64)
+    alone = compiled_counters(lambda x: ln(x), x)
+    assert alone.get("replaced_nodes") == 1 and not alone.get("kept_for_fusion")
+    torch._dynamo.reset()
+    modulated = compiled_counters(lambda x: torch.tanh(ln(x)) * 2.0, x)
+    assert modulated.get("kept_for_fusion") == 1 and modulated.get("inductor_retries") == 1
+
+
+@pytest.mark.parametrize("reordered", [False, True])
+def test_a_channels_last_graph_does_not_charge_4d_fusions(monkeypatch, reordered):
+    """Inductor's layout optimisation makes its in-graph norm unlike the NCHW single op it was timed as."""
+    import forge_backend.backend as backend
+
+    monkeypatch.setattr(backend, "inductor_reorders_layout", lambda gm: reordered)
+    gn = torch.nn.GroupNorm(4, 16)
+    x = torch.randn(2, 16, 8, 8)
+    provider = Timed(ops=["aten.native_group_norm.default"])
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    with torch.no_grad():
+        out = torch.compile(lambda x: torch.nn.functional.silu(gn(x)), backend=make_backend(provider),
+                            options={"inner": "inductor"})(x)
+    torch.testing.assert_close(out, torch.nn.functional.silu(gn(x)), rtol=1e-4, atol=1e-5)
+    assert counters["kforge"]["kept_for_fusion"] == (0 if reordered else 1)
+    assert counters["kforge"]["replaced_nodes"] == (1 if reordered else 0)
