@@ -354,11 +354,11 @@ def test_inside_inductor_parameters_stay_static_inputs(monkeypatch):
         return real(gm, inputs, **kwargs)
 
     monkeypatch.setattr(compile_fx_module, "compile_fx_inner", spy)
-    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)
-    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.Linear(32, 8)).eval()
     x = torch.randn(4, 16)
-    with torch.no_grad():
+    # Inductor's caches off, so that both compiles reach the inner compiler (config.patch restores them after)
+    with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False):
         torch.compile(model, backend=lambda gm, ex: compile_fx_module.compile_fx(gm, ex, inner_compile=spy))(x)
         torch._dynamo.reset()
         torch.compile(model, backend=make_backend(CpuProvider()), options={"inner": "inductor"})(x)
