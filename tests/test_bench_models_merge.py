@@ -1,0 +1,32 @@
+"""bench_models.py --merge: one models.json/.md from the halves of a run split over GPUs (run_device.sh
+models-split). CPU only: it reads and writes JSON."""
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import bench_models  # noqa: E402
+
+
+def half(path: Path, command: str, rows: list[dict]) -> Path:
+    path.mkdir()
+    env = {"date": "2026-11-30 09:43 UTC", "command": command, "gpu": "NVIDIA H200"}
+    (path / "models.json").write_text(json.dumps({"environment": env, "rows": rows}))
+    return path
+
+
+def test_merge_keeps_every_row_and_both_commands(tmp_path):
+    a = half(tmp_path / "g0", "bench_models.py --models sd35_vae", [{"model": "sd35_vae", "eager_ms": 85.0}])
+    b = half(tmp_path / "g1", "bench_models.py --models resnet50", [{"model": "resnet50", "eager_ms": 5.15},
+                                                                    {"model": "gemma4", "eager_ms": 10.4}])
+    bench_models.merge([a, b, tmp_path / "missing"], tmp_path)
+    merged = json.loads((tmp_path / "models.json").read_text())
+    assert [r["model"] for r in merged["rows"]] == ["sd35_vae", "resnet50", "gemma4"]
+    assert merged["environment"]["command"] == "bench_models.py --models sd35_vae + bench_models.py --models resnet50"
+    assert "2 processes" in merged["environment"]["split"]
+    assert "| resnet50 |" in (tmp_path / "models.md").read_text()
+
+
+def test_merge_of_nothing_writes_nothing(tmp_path):
+    bench_models.merge([tmp_path / "g0"], tmp_path)
+    assert not (tmp_path / "models.json").exists()
