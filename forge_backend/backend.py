@@ -275,37 +275,21 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
     by key, and the registry asks the provider's ``load`` for those not yet in this process. Without a fingerprint
     (or when the user has a post-grad pass of their own) the AOTAutograd cache is bypassed.
     """
-    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
 
     from .inductor_plans import InductorPlans
 
     provider = provider if provider is not None else _default_provider(cfg)
     cache_patches = _cache_patches(provider, cfg)
-    table = select_decomp_table()
-    candidates = {op for op in table if is_candidate(str(op), cfg.families, "inductor")}
+    candidates = {op for op in select_decomp_table() if is_candidate(str(op), cfg.families, "inductor")}
     plans = InductorPlans(cfg.cache_dir)
     graph_key = plans.key(gm, example_inputs, cfg)
     decompose = {op for op in candidates if str(op) in plans.get(graph_key)}
     for attempt in range(_INDUCTOR_ATTEMPTS):
         keep = candidates - decompose if attempt < _INDUCTOR_ATTEMPTS - 1 else set()
-        attempt_report = CompileReport(cached=True)  # stays True only if Inductor's cache skipped ``inner``
-
-        def inner(aten_gm: torch.fx.GraphModule, inputs: Sequence[Any], _keep=keep, _report=attempt_report,
-                  **kwargs: Any) -> Any:
-            _report.cached = False
-            if _keep:
-                aten_gm = _rewrite_or_keep(aten_gm, cfg, provider, _report, None)
-                left = {n.target for n in aten_gm.graph.nodes if n.op == "call_function" and n.target in _keep}
-                if left:
-                    raise _Leftovers(left)
-            return compile_fx_inner(aten_gm, inputs, **kwargs)
-
+        attempt_report = CompileReport(cached=True)  # stays True only if Inductor's cache skipped the inner compiler
         try:
-            with torch._functorch.config.patch(**cache_patches["functorch"]), \
-                    torch._inductor.config.patch(**cache_patches["inductor"]):
-                compiled = compile_fx(_copy_module(gm), list(example_inputs), inner_compile=inner,
-                                      decompositions=_DecompTable(table, {str(op) for op in keep}))
+            compiled = _compile_once(gm, example_inputs, cfg, provider, keep, attempt_report, cache_patches)
         except Exception as e:
             left = _leftovers_in(e)
             if left is None:
@@ -317,23 +301,38 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
             continue
         if decompose:
             plans.put(graph_key, sorted(str(op) for op in decompose))
+        _emit(attempt_report, on_report)  # one report per graph: the attempt that compiled it
         if attempt_report.cached:
             log.info("kforge: Inductor's cache served this graph; its kernels load by key when first called")
-        _emit(attempt_report, on_report)  # one report per graph: the attempt that compiled it
-        if not attempt_report.cached and _fingerprint_moved(provider, cfg, cache_patches):
-            compiled = _recompile_for_the_cache(gm, example_inputs, cfg, provider, keep, compiled)
-        return compiled
+            return compiled
+        return _recompile_for_the_cache(gm, example_inputs, cfg, provider, keep, compiled, cache_patches)
     raise AssertionError("unreachable: the last attempt keeps no overload, so it has no leftovers")
 
 
-def _fingerprint_moved(provider: Any, cfg: KforgeConfig, cache_patches: dict[str, dict[str, Any]]) -> bool:
-    """The provider's fingerprint changed while this graph compiled (its searches added signatures to the cache)."""
-    key = cache_patches["inductor"].get("post_grad_custom_post_pass")
-    return key is not None and key.fingerprint != f"kforge:{_source_hash()}:{provider.fingerprint(cfg)}"
+def _compile_once(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: KforgeConfig, provider: Any,
+                  keep: set, report: CompileReport, cache_patches: dict[str, dict[str, Any]]) -> Callable:
+    """One Inductor compile that leaves ``keep`` undecomposed and rewrites their nodes in the inner compiler; raises
+    ``_Leftovers`` if some of those nodes keep no kernel (Note [kforge inside Inductor])."""
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+    def inner(aten_gm: torch.fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
+        report.cached = False
+        if keep:
+            aten_gm = _rewrite_or_keep(aten_gm, cfg, provider, report, None)
+            left = {n.target for n in aten_gm.graph.nodes if n.op == "call_function" and n.target in keep}
+            if left:
+                raise _Leftovers(left)
+        return compile_fx_inner(aten_gm, inputs, **kwargs)
+
+    with torch._functorch.config.patch(**cache_patches["functorch"]), \
+            torch._inductor.config.patch(**cache_patches["inductor"]):
+        return compile_fx(_copy_module(gm), list(example_inputs), inner_compile=inner,
+                          decompositions=_decomp_table_without(tuple(sorted(str(op) for op in keep))))
 
 
 def _recompile_for_the_cache(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: KforgeConfig,
-                             provider: Any, keep: set, compiled: Callable) -> Callable:
+                             provider: Any, keep: set, compiled: Callable,
+                             used: dict[str, dict[str, Any]]) -> Callable:
     """Note [a cold compile leaves a warm cache]
     The fingerprint in Inductor's cache keys (Note [kforge and Inductor's caches]) is taken when a compile starts.
     A compile that searched has changed it by the time it ends, so the entry it stored is keyed on a cache state
@@ -341,24 +340,14 @@ def _recompile_for_the_cache(gm: torch.fx.GraphModule, example_inputs: Sequence[
     H200: warm kforge+Inductor compile 11.6 s against Inductor's 3.0 s). So such a compile runs once more under
     the new fingerprint; every kernel decision is cached by then, and Inductor's own Triton cache is warm, so this
     costs a fraction of the cold compile, once. If it fails, the first result stands."""
-    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
-    from torch._inductor.decomposition import select_decomp_table
-
-    report = CompileReport()
-
-    def inner(aten_gm: torch.fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
-        if keep:
-            aten_gm = _rewrite_or_keep(aten_gm, cfg, provider, report, None)
-            if any(n.op == "call_function" and n.target in keep for n in aten_gm.graph.nodes):
-                raise _Leftovers(set())  # the decisions moved under us: keep the first compile's result
-        return compile_fx_inner(aten_gm, inputs, **kwargs)
-
+    before = used["inductor"].get("post_grad_custom_post_pass")
     patches = _cache_patches(provider, cfg)
+    after = patches["inductor"].get("post_grad_custom_post_pass")
+    if before is None or after is None or before.uuid() == after.uuid():
+        return compiled
     try:
-        with torch._functorch.config.patch(**patches["functorch"]), torch._inductor.config.patch(**patches["inductor"]):
-            again = compile_fx(_copy_module(gm), list(example_inputs), inner_compile=inner,
-                               decompositions=_DecompTable(select_decomp_table(), {str(op) for op in keep}))
-    except Exception as e:  # only a cache warm-up: Note [the user's model never breaks]
+        again = _compile_once(gm, example_inputs, cfg, provider, keep, CompileReport(), patches)
+    except Exception as e:  # only a cache warm-up (leftovers included: decisions moved under us)
         log.info("kforge: compiling again for Inductor's cache failed (%s: %s)", type(e).__name__, e)
         return compiled
     counters["kforge"]["recompiled_for_cache"] += 1

@@ -26,6 +26,8 @@ from __future__ import annotations
 import torch
 import torch.fx
 
+from .rewrite import is_getitem
+
 HOST_COST_US = 5.0  # extra host time of an extern kforge call over an Inductor-generated launch (see the Note)
 
 
@@ -68,7 +70,7 @@ def fused_traffic_bytes(node: torch.fx.Node) -> int:
     for arg in node.all_input_nodes:
         if _is_pointwise(_producer(arg)):
             total += 2 * _nbytes(arg)
-    getitems = [u for u in node.users if u.op == "call_function" and u.target.__name__ == "getitem"]
+    getitems = [u for u in node.users if is_getitem(u)]
     for out in getitems or [node]:
         if _has_pointwise_user(out):
             total += 2 * _nbytes(out)

@@ -31,22 +31,22 @@ def test_kernel_must_beat_inductor_by_the_margin_and_the_call(tmp_path, inductor
     rec = make_record()  # kforge_us 4.1
     prov, cfg = provider_with(tmp_path, rec, inductor_us)
     card = rec.card_obj()
-    assert prov._beats_inductor(card, cfg) is used
+    assert (prov._vs_inductor_times(card, cfg) is not None) is used
 
 
 def test_inductor_time_is_measured_once_and_kept_in_the_record(tmp_path):
     rec = make_record()
     prov, cfg = provider_with(tmp_path, rec, 19.0)
     card = rec.card_obj()
-    assert prov._beats_inductor(card, cfg) and prov._client.calls == ["inductor_baseline"]
+    assert prov._vs_inductor_times(card, cfg) == (4.1, 19.0) and prov._client.calls == ["inductor_baseline"]
     assert prov.local.get(card.key).timings["inductor_us"] == 19.0
     fresh, _ = provider_with(tmp_path / "unused", rec, 1.0)  # a new process reads the stored time, no worker call
     fresh.local = prov.local
     fresh.store = prov.store
-    assert fresh._beats_inductor(card, cfg) and fresh._client.calls == []
+    assert fresh._vs_inductor_times(card, cfg) and fresh._client.calls == []
 
 
 def test_a_pytorch_decision_is_never_used(tmp_path):
     rec = make_record(decision="pytorch")
     prov, cfg = provider_with(tmp_path, rec, 100.0)
-    assert not prov._beats_inductor(rec.card_obj(), cfg) and prov._client.calls == []
+    assert prov._vs_inductor_times(rec.card_obj(), cfg) is None and prov._client.calls == []

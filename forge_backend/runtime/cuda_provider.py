@@ -11,8 +11,8 @@ Inductor's own kernel, often much faster than eager, and a replaced node also co
 it. So under Inductor a kernel is used only when it beats Inductor's compiled version of the same single op by the
 margin, with the costs of an extern call added (Note [what replacing a node costs inside Inductor]). That time is
 measured once per signature in the worker (device time of a CUDA-graph replay, so Inductor's
-Python wrapper is not counted against it) and kept in the record as ``timings["inductor_us"]``. The comparison
-favours Inductor: in the real graph Inductor may also fuse the op with its neighbours, which only makes it faster.
+Python wrapper is not counted against it) and kept in the record as ``timings["inductor_us"]``. This decision is per
+signature; the fusions Inductor would lose around each node are weighed per node by the rewrite.
 """
 from __future__ import annotations
 
@@ -66,8 +66,8 @@ class CudaProvider:
         self.store = TieredStore(self.local, ShippedStore())
         self._client: WorkerClient | None = None
         self._loaded: dict[tuple[str, bool], KernelImpl] = {}  # (key, check) -> loaded kernel
-        self._vs_inductor: dict[str, bool] = {}  # key -> the kernel beats Inductor's single-op time
-        self._inductor_times: dict[str, tuple[float, float]] = {}  # key -> (kforge_us, inductor_us) where it does
+        # key -> (kforge_us, inductor_us) where the kernel beats Inductor's single op, None where it does not
+        self._vs_inductor: dict[str, tuple[float, float] | None] = {}
 
     @classmethod
     def shared(cls, cfg: KforgeConfig) -> "CudaProvider":
@@ -100,10 +100,11 @@ class CudaProvider:
                             [list(t.spec.shape) for t in card.inputs[:1]], type(e).__name__, e)
                 continue
             if impl is not None and cfg.inner == "inductor":
-                if not self._beats_inductor(card, cfg):
+                times = self._vs_inductor_times(card, cfg)
+                if times is None:
                     counters["kforge"]["kept_for_inductor"] += 1
                     continue
-                kf, ind = self._inductor_times[card.key]  # the rewrite weighs each node's fusions with them
+                kf, ind = times  # the rewrite weighs each node's fusions with them
                 impl = dataclasses.replace(impl, extra={**impl.extra, "kforge_us": kf, "inductor_us": ind})
             if impl is not None:
                 impls[card.key] = impl
@@ -144,13 +145,14 @@ class CudaProvider:
         return KernelImpl(key, card.op, tuple(specs), lambda inputs: conform(call_aten(sig, inputs), specs),
                           "PyTorch (the record no longer holds a kernel)", None)
 
-    def _beats_inductor(self, card: OperatorCard, cfg: KforgeConfig) -> bool:
-        """Note [the baseline inside Inductor]."""
+    def _vs_inductor_times(self, card: OperatorCard, cfg: KforgeConfig) -> tuple[float, float] | None:
+        """Note [the baseline inside Inductor]: (kforge_us, inductor_us) where the kernel beats Inductor's single
+        op, else None."""
         if card.key in self._vs_inductor:
             return self._vs_inductor[card.key]
         record = self.store.get(card.key)
         if record is None or record.decision != "kernel":
-            return False
+            return None
         ind = record.timings.get("inductor_us")
         if ind is None:
             try:
@@ -158,19 +160,17 @@ class CudaProvider:
                                              timeout_s=600)["inductor_us"])
             except (CandidateFailure, RuntimeError) as e:
                 log.warning("kforge: could not time Inductor's %s (%s); left to Inductor", card.op, e)
-                self._vs_inductor[card.key] = False
-                return False
-            if record.source == "local":
-                self.local.put(record.replace(timings={**record.timings, "inductor_us": ind}))
+                self._vs_inductor[card.key] = None
+                return None
             record = record.replace(timings={**record.timings, "inductor_us": ind})
+            if record.source == "local":
+                self.local.put(record)
         kf = record.timings.get("kforge_us")
         ok = kf is not None and replaces(kf, ind, card.bytes_min, 0, cfg.margin)
-        if ok:
-            self._inductor_times[card.key] = (kf, ind)
         log.info("kforge: %s kernel %.1f us vs Inductor %.1f us: %s", card.op, kf or float("nan"), ind,
                  "replaced" if ok else "left to Inductor")
-        self._vs_inductor[card.key] = ok
-        return ok
+        self._vs_inductor[card.key] = (kf, ind) if ok else None
+        return self._vs_inductor[card.key]
 
     def _kernel_for(self, card: OperatorCard, cfg: KforgeConfig, deadline: float) -> KernelImpl | None:
         if (card.key, cfg.check) in self._loaded:
