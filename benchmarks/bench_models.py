@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import statistics
 import sys
 import tempfile
 import time
@@ -24,9 +25,9 @@ from harness import environment, log, write_results  # noqa: E402
 EXAMPLES = Path(__file__).parent.parent / "examples"
 DEFAULT = "resnet50::fp16_b1,sd35_vae::bf16_1024,sd35_mmdit::bf16_txt333,gemma4::eager_attn,qwen35_moe::eager_attn"
 COLUMNS = ["model", "setting", "eager_ms", "inductor_ms", "kforge_eager_ms", "kforge_inductor_ms",
-           "kforge_eager_vs_eager", "kforge_inductor_vs_inductor", "cold_compile_s", "warm_compile_s",
-           "inductor_warm_compile_s", "replaced_ops", "kernels_beating_eager", "max_rel_err",
-           "kforge_eager_rel_err", "kforge_inductor_rel_err", "inductor_rel_err"]
+           "kforge_eager_vs_eager", "kforge_inductor_vs_inductor", "kforge_inductor_vs_inductor_range",
+           "cold_compile_s", "warm_compile_s", "inductor_warm_compile_s", "replaced_ops", "kernels_beating_eager",
+           "max_rel_err", "kforge_eager_rel_err", "kforge_inductor_rel_err", "inductor_rel_err"]
 
 
 def _tensors(out) -> list[torch.Tensor]:
@@ -45,12 +46,11 @@ def rel_err(got, ref) -> float:
     return max(errs) if errs else float("nan")
 
 
-def interleaved_ms(fns: dict, inputs, rounds: int = 5, reps: int = 4) -> dict:
-    """Median ms per call of each configuration, timed in alternating rounds (each round: every configuration,
-    ``reps`` timed calls after one warm-up), so that a drift of the host's speed during the run (other work, clock
-    changes) reaches every configuration alike. Host-bound models (ResNet-50 at batch 1) are sensitive to it."""
-    import statistics
-
+def interleaved_ms(fns: dict, inputs, rounds: int = 7, reps: int = 4) -> dict[str, list[float]]:
+    """Per configuration, its median ms per call in each round. The configurations are timed in alternating rounds
+    (each round: every configuration, ``reps`` timed calls after one warm-up), so that a drift of the host's speed
+    during the run (other work, clock changes) reaches every configuration alike. Host-bound models (ResNet-50 at
+    batch 1, the reduced-depth transformers) are sensitive to it; the per-round ratios show how much."""
     from forge_backend.measure import Timer
 
     timer = Timer(torch.device("cuda", 0), flush_bytes=4)
@@ -59,7 +59,13 @@ def interleaved_ms(fns: dict, inputs, rounds: int = 5, reps: int = 4) -> dict:
         for name, fn in fns.items():
             t = timer.time(lambda: fn(*inputs), warmup=1, repeats=reps)
             samples[name].append(t.median_us / 1e3)
-    return {name: statistics.median(v) for name, v in samples.items()}
+    return samples
+
+
+def ratio_range(base: list[float], new: list[float]) -> list[float]:
+    """Lowest and highest per-round speedup of ``new`` over ``base`` (rounds paired: both ran in the same round)."""
+    ratios = [b / n for b, n in zip(base, new)]
+    return [min(ratios), max(ratios)]
 
 
 def first_call_s(fn, inputs) -> tuple[float, object]:
@@ -107,7 +113,7 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
         ind_compile, out_ind = first_call_s(ind, inputs)
         reports = []
         counters.clear()
-        kfe = torch.compile(model, backend=make_backend(on_report=reports.append), options=opts)
+        kfe = torch.compile(model, backend=make_backend(on_report=reports.append), options={**opts, "inner": "eager"})
         cold, _ = first_call_s(kfe, inputs)
         poison_cached_memory(torch.device("cuda", 0))  # Note [stale memory can look like a right answer]
         out_e = kfe(*inputs)
@@ -119,7 +125,9 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
         out_i = kfi(*inputs)
         inductor_counters = dict(counters["kforge"])
         counters.clear()
-        ms = interleaved_ms({"eager": model, "inductor": ind, "kforge_eager": kfe, "kforge_inductor": kfi}, inputs)
+        rounds = interleaved_ms({"eager": model, "inductor": ind, "kforge_eager": kfe, "kforge_inductor": kfi},
+                                inputs)
+        ms = {name: statistics.median(v) for name, v in rounds.items()}
         call_counters = dict(counters["kforge"])  # kernel calls and layout fallbacks while timing
         if profile_dir is not None:
             stem = Path(spec.partition("::")[0]).stem
@@ -143,6 +151,8 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
     return {"model": Path(name).stem, "setting": setting, "eager_ms": eager, "inductor_ms": inductor,
             "kforge_eager_ms": kforge_eager, "kforge_inductor_ms": kforge_inductor,
             "kforge_eager_vs_eager": eager / kforge_eager, "kforge_inductor_vs_inductor": inductor / kforge_inductor,
+            "kforge_inductor_vs_inductor_range": ratio_range(rounds["inductor"], rounds["kforge_inductor"]),
+            "kforge_eager_vs_eager_range": ratio_range(rounds["eager"], rounds["kforge_eager"]), "round_ms": rounds,
             "cold_compile_s": cold, "warm_compile_s": kf_warm, "inductor_compile_s": ind_compile,
             "inductor_warm_compile_s": ind_warm, "replaced_ops": sum(len(r.replaced) for r in reports),
             "kernels_beating_eager": beating, "replaced_keys": sorted(keys),

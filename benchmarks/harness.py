@@ -47,7 +47,7 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.3g}" if abs(v) < 10 else f"{v:.1f}"
     if isinstance(v, (list, tuple)):
-        return "[" + ",".join(str(x) for x in v) + "]"
+        return "[" + ",".join(_fmt(x) for x in v) + "]"
     return "" if v is None else str(v)
 
 

@@ -209,8 +209,8 @@ def _parse(module: ModuleType, argv: Sequence[str] | None) -> argparse.Namespace
     p.add_argument("--setting", default=module.SETTINGS[0], choices=module.SETTINGS)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--inner", default="eager", choices=("eager", "inductor"),
-                   help="what runs the nodes kforge does not replace")
+    p.add_argument("--inner", default=None, choices=("eager", "inductor"),
+                   help="what runs the nodes kforge does not replace (default: kforge's, KFORGE_INNER or inductor)")
     p.add_argument("--no-inductor", action="store_true", help="skip the plain Inductor baseline")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="extra kforge option, e.g. --option search_seconds=120 (repeatable)")
@@ -218,7 +218,7 @@ def _parse(module: ModuleType, argv: Sequence[str] | None) -> argparse.Namespace
 
 
 def _options(args: argparse.Namespace) -> dict[str, str]:
-    opts = {"inner": args.inner}
+    opts = {"inner": args.inner} if args.inner else {}
     for item in args.option:
         key, sep, value = item.partition("=")
         if not sep:

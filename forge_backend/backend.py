@@ -25,6 +25,7 @@ from .capture import scan
 from .cards import OperatorCard
 from .config import KforgeConfig
 from .inductor_gate import charged_bytes, inductor_reorders_layout, replaces
+from .node_decompose import NotDecomposable, decompose_nodes
 from .registry import REGISTRY, KernelImpl
 from .rewrite import Replacement, apply
 from .selection import is_candidate
@@ -260,11 +261,13 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
     inner compiler rewrites the nodes that have kernels and hands the graph to ``compile_fx_inner``.
 
     A node of such an overload that kforge does not replace (no kernel, or Inductor is faster: Note [the baseline
-    inside Inductor]) is a *leftover*. Leftovers are not decomposed after the fact (that is the re-trace above);
-    instead the inner compiler stops, and the whole compile runs again with the leftovers' overloads back in
-    Inductor's decomposition table, so Inductor decomposes them in its own trace. The kernel decisions are cached by
-    the provider, so a retry costs one more trace. Which overloads a graph needs decomposed is remembered per graph
-    (in the cache directory), so a warm compile gets it right the first time.
+    inside Inductor]) is a *leftover*. Leftovers are not decomposed by re-tracing the graph (that is the re-trace
+    above). A leftover beside replaced nodes of the same overload is traced alone and spliced in (Note [a leftover
+    next to a replaced node]). For an overload with no replaced node the inner compiler stops, and the whole
+    compile runs again with that overload back in Inductor's decomposition table, so Inductor decomposes it in its
+    own trace. The kernel decisions are cached by the provider, so a retry costs one more trace. Which overloads a
+    graph needs decomposed is remembered per graph (in the cache directory), so a warm compile gets it right the
+    first time.
 
     Note [kforge and Inductor's caches]
     Inductor's FX graph cache keys on the rewritten graph (and on the decomposition table: see Note [a
@@ -285,6 +288,7 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
     plans = InductorPlans(cfg.cache_dir)
     graph_key = plans.key(gm, example_inputs, cfg)
     decompose = {op for op in candidates if str(op) in plans.get(graph_key)}
+    fallback = None  # a rewrite failure in an earlier attempt: the report of the attempt that compiles says so
     for attempt in range(_INDUCTOR_ATTEMPTS):
         keep = candidates - decompose if attempt < _INDUCTOR_ATTEMPTS - 1 else set()
         attempt_report = CompileReport(cached=True)  # stays True only if Inductor's cache skipped the inner compiler
@@ -294,6 +298,7 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
             left = _leftovers_in(e)
             if left is None:
                 raise
+            fallback = fallback or attempt_report.fallback
             counters["kforge"]["inductor_retries"] += 1
             log.info("kforge: %s left to Inductor; compiling again with them decomposed",
                      ", ".join(sorted(str(op) for op in left.ops)))
@@ -301,6 +306,7 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
             continue
         if decompose:
             plans.put(graph_key, sorted(str(op) for op in decompose))
+        attempt_report.fallback = attempt_report.fallback or fallback
         _emit(attempt_report, on_report)  # one report per graph: the attempt that compiled it
         if attempt_report.cached:
             log.info("kforge: Inductor's cache served this graph; its kernels load by key when first called")
@@ -318,16 +324,36 @@ def _compile_once(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: 
     def inner(aten_gm: torch.fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
         report.cached = False
         if keep:
-            aten_gm = _rewrite_or_keep(aten_gm, cfg, provider, report, None)
-            left = {n.target for n in aten_gm.graph.nodes if n.op == "call_function" and n.target in keep}
-            if left:
-                raise _Leftovers(left)
+            aten_gm = _decompose_leftovers(_rewrite_or_keep(aten_gm, cfg, provider, report, None), keep, report)
         return compile_fx_inner(aten_gm, inputs, **kwargs)
 
     with torch._functorch.config.patch(**cache_patches["functorch"]), \
             torch._inductor.config.patch(**cache_patches["inductor"]):
         return compile_fx(_copy_module(gm), list(example_inputs), inner_compile=inner,
                           decompositions=_decomp_table_without(tuple(sorted(str(op) for op in keep))))
+
+
+def _decompose_leftovers(gm: torch.fx.GraphModule, keep: set, report: CompileReport) -> torch.fx.GraphModule:
+    """Nodes of kept overloads that kforge did not replace. Where kforge replaced other nodes of the same overload,
+    each is decomposed in place (Note [a leftover next to a replaced node]); an overload with no replaced node,
+    or a node that cannot be decomposed alone, raises ``_Leftovers``: the compile runs again with the overload
+    decomposed by Inductor's own trace (Note [kforge inside Inductor])."""
+    from torch._inductor.decomposition import select_decomp_table
+
+    left = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in keep]
+    replaced = {op for op, _, _ in report.replaced}
+    whole = {n.target for n in left if str(n.target) not in replaced}
+    if whole:
+        raise _Leftovers(whole)
+    if not left:
+        return gm
+    try:
+        decompose_nodes(gm, left, select_decomp_table())
+    except NotDecomposable as e:
+        log.info("kforge: %s; its overload is decomposed over the whole graph instead", e)
+        raise _Leftovers({n.target for n in left}) from e
+    counters["kforge"]["decomposed_in_place"] += len(left)
+    return gm
 
 
 def _recompile_for_the_cache(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: KforgeConfig,

@@ -3,7 +3,8 @@ The verifier proves a kernel on fresh random inputs. If a model's output still d
 (``KFORGE_CHECK=1``) finds the operator: every call of a kforge kernel is followed by PyTorch's own op on the same
 inputs and a float64 reference, compared with the verifier's tolerances. A disagreement is logged with the op,
 the shapes and the worst element, and counted in ``counters["kforge"]["check_mismatch"]``; with ``strict`` it is
-raised. It costs two extra op calls per kernel call: a debugging mode, off by default.
+raised. Outputs with the very bits of PyTorch's op are counted in ``check_bitwise_equal``: a model whose output
+matches eager exactly is explained by it, or by a kernel that is not being used. It costs two extra op calls per kernel call: a debugging mode, off by default.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def checked(card: OperatorCard, run: RunFn, strict: bool = False) -> RunFn:
         for i, (o, e, r) in enumerate(zip(outs, eager, ref)):
             rep = _compare(o, r, e, f"output {i}")
             counters["kforge"]["checked_calls"] += 1
+            counters["kforge"]["check_bitwise_equal"] += int(torch.equal(o, e))  # same bits as PyTorch's own op
             if not rep.ok:
                 counters["kforge"]["check_mismatch"] += 1
                 msg = f"kforge check: {card.op} {shapes} (key {card.key[:12]}) disagrees with PyTorch: {rep.message}"

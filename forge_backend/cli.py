@@ -106,7 +106,7 @@ def prewarm(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] or pa
     options = {k: v for k, v in {"proposer": proposer, "min_share": min_share, "cache_dir": cache_dir,
                                  "families": families or None}.items() if v is not None}
     cfg = KforgeConfig.load(options)
-    found = model_cards(model_spec, families=cfg.families)
+    found = model_cards(model_spec, families=cfg.families, inner=cfg.inner)
     console.print(f"{model_spec}: {found.ops_seen} ATen ops, {found.candidates} candidate nodes, "
                   f"{len(found.cards)} distinct signatures")
     _print_cards_table(found.cards, found.bandwidth_gbps)

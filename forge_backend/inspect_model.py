@@ -9,6 +9,7 @@ from .backend import CompileReport, make_backend
 from .cards import OperatorCard
 from .config import KforgeConfig
 from .modelspec import load
+from .selection import is_candidate
 
 H200_COPY_GBPS = 4248.0  # measured device-to-device copy on the H200 (shared/anchors, 2026-11-30)
 
@@ -45,13 +46,19 @@ def merge_cards(cards: list[OperatorCard]) -> list[OperatorCard]:
     return list(merged.values())
 
 
-def model_cards(spec: str, families: tuple[str, ...] = ()) -> ModelCards:
+def model_cards(spec: str, families: tuple[str, ...] = (), inner: str | None = None) -> ModelCards:
+    """The model's operator cards: the signatures a compile with ``inner`` (default: the configured one) would look
+    up. The graphs are captured as the eager path captures them, whole ATen ops with nothing decomposed, and the
+    ops that ``inner`` leaves to its own code generation (``selection.INDUCTOR_KEEPS``) are dropped, so one capture
+    serves both and does not depend on Inductor's plans for a graph."""
     loaded = load(spec)
+    inner = inner or KforgeConfig.load({"families": families}).inner
     provider = RecordingProvider()
     reports: list[CompileReport] = []
     backend = make_backend(provider=provider, on_report=reports.append)
     torch._dynamo.reset()
-    compiled = torch.compile(loaded.model, backend=backend, options={"families": families, "search": "off"})
+    compiled = torch.compile(loaded.model, backend=backend,
+                             options={"families": families, "search": "off", "inner": "eager"})
     with torch.no_grad():
         compiled(*loaded.inputs)
     bw, source = H200_COPY_GBPS, "H200 copy bandwidth from the anchors; no GPU here"
@@ -60,5 +67,5 @@ def model_cards(spec: str, families: tuple[str, ...] = ()) -> ModelCards:
 
         dev = torch.device("cuda", torch.cuda.current_device())
         bw, source = copy_bandwidth(dev, KforgeConfig.load().cache_dir), f"measured on {torch.cuda.get_device_name()}"
-    return ModelCards(merge_cards(provider.cards), sum(r.ops_seen for r in reports),
-                      sum(r.candidates for r in reports), bw, source, reports)
+    cards = [c for c in merge_cards(provider.cards) if is_candidate(c.op, families, inner)]
+    return ModelCards(cards, sum(r.ops_seen for r in reports), sum(c.occurrences for c in cards), bw, source, reports)

@@ -1,5 +1,5 @@
 """Compile torchvision ResNet-50 (fp16, batch 1, random weights) with backend="kforge" and print what happened as
-JSON: used by tests/test_backend_gpu.py in fresh processes (cold cache, then warm cache)."""
+JSON: used by tests/test_backend_gpu.py in fresh processes (cold cache, then warm cache). Argument: the inner."""
 import json
 import sys
 
@@ -17,7 +17,7 @@ def main() -> None:
     reports = []
     with torch.no_grad():
         expected = model(x)
-        got = torch.compile(model, backend=make_backend(on_report=reports.append))(x)
+        got = torch.compile(model, backend=make_backend(on_report=reports.append), options={"inner": sys.argv[1]})(x)
     err = ((got.float() - expected.float()).norm() / expected.float().norm()).item()
     print(json.dumps({"rel_err": err, "replaced": [op for r in reports for op, _, _ in r.replaced],
                       "counters": dict(counters["kforge"])}))

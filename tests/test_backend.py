@@ -66,11 +66,12 @@ def test_replaced_graph_matches_eager(inner):
     assert len(reports[-1].replaced) == 4 and reports[-1].fallback is None
 
 
-def test_exception_inside_kforge_falls_back_and_logs_the_operator(caplog):
+@pytest.mark.parametrize("inner", ["eager", "inductor"])
+def test_exception_inside_kforge_falls_back_and_logs_the_operator(caplog, inner):
     provider = CpuProvider(fail_on="aten.native_group_norm.default")
     reports = []
     with caplog.at_level(logging.WARNING, logger="kforge"):
-        run_compiled(make_backend(provider, reports.append))
+        run_compiled(make_backend(provider, reports.append), {"inner": inner})
     assert "planted failure for aten.native_group_norm.default" in caplog.text
     assert reports[-1].fallback and not reports[-1].replaced
     assert not provider.calls  # nothing of kforge ran; the graph is PyTorch's own
@@ -311,7 +312,7 @@ def test_eager_path_keeps_in_place_updates(monkeypatch):
 
     provider, x = CpuProvider(), torch.randn(6, 9)
     with torch.no_grad():
-        got = torch.compile(f, backend=make_backend(provider))(x)
+        got = torch.compile(f, backend=make_backend(provider), options={"inner": "eager"})(x)
     torch.testing.assert_close(got, f(x))
     assert provider.calls["aten._softmax.default"] == 2
     assert "aten.copy_.default" in seen and not any("scatter" in t for t in seen)
@@ -320,7 +321,8 @@ def test_eager_path_keeps_in_place_updates(monkeypatch):
 def test_dynamic_shapes_take_the_aot_path(monkeypatch):
     seen = _targets_seen(monkeypatch)
     provider = CpuProvider()
-    f = torch.compile(lambda x: torch.softmax(x * 2, -1), backend=make_backend(provider), dynamic=True)
+    f = torch.compile(lambda x: torch.softmax(x * 2, -1), backend=make_backend(provider), dynamic=True,
+                      options={"inner": "eager"})
     with torch.no_grad():
         for n in (5, 7):
             x = torch.randn(n, 9)

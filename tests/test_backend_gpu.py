@@ -12,21 +12,22 @@ pytestmark = pytest.mark.gpu
 pytest.importorskip("torchvision")
 
 
-def run(cache: Path) -> dict:
+def run(cache: Path, inner: str) -> dict:
     env = {**os.environ, "KFORGE_CACHE_DIR": str(cache), "KFORGE_SEARCH_ITERATIONS": "4",
            "KFORGE_SEARCH_SECONDS": "400"}
-    out = subprocess.run([sys.executable, str(Path(__file__).parent / "resnet_run.py")], env=env,
+    out = subprocess.run([sys.executable, str(Path(__file__).parent / "resnet_run.py"), inner], env=env,
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-4000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_resnet50_cold_then_warm_cache(tmp_path):
+@pytest.mark.parametrize("inner", ["eager", "inductor"])
+def test_resnet50_cold_then_warm_cache(tmp_path, inner):
     from typer.testing import CliRunner
 
     from forge_backend.cli import app
 
-    cold = run(tmp_path)
+    cold = run(tmp_path, inner)
     assert cold["rel_err"] < 2e-2, cold
     assert cold["counters"].get("nvrtc_compiles", 0) > 0 and cold["counters"].get("worker_calls", 0) > 0
     listing = CliRunner().invoke(app, ["cache", "ls", "--cache-dir", str(tmp_path)], terminal_width=250)
@@ -38,7 +39,7 @@ def test_resnet50_cold_then_warm_cache(tmp_path):
     pools = [r for _, r in LocalStore(tmp_path).items() if r.signature["op"] == "aten.mean.dim"]
     assert pools and pools[0].decision == "kernel", [(r.decision, r.provenance.get("reason")) for r in pools]
     assert pools[0].verification.get("trials_passed", 0) >= 5 and pools[0].trusted
-    warm = run(tmp_path)
+    warm = run(tmp_path, inner)
     assert warm["rel_err"] < 2e-2
     assert warm["counters"].get("nvrtc_compiles", 0) == 0, warm["counters"]
     assert warm["counters"].get("worker_calls", 0) == 0, warm["counters"]
@@ -60,7 +61,7 @@ def test_eager_path_kernels_write_their_outputs(tmp_path):
     model = torch.nn.Sequential(torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.GroupNorm(32, 64), torch.nn.SiLU(),
                                 torch.nn.Conv2d(64, 32, 3, padding=1)).cuda().to(torch.bfloat16).eval()
     x = torch.randn(1, 32, 96, 96, device="cuda", dtype=torch.bfloat16)
-    opts = {"cache_dir": str(tmp_path), "search_iterations": 4}
+    opts = {"cache_dir": str(tmp_path), "search_iterations": 4, "inner": "eager"}
     with torch.no_grad():
         ref = model(x).float()
         compiled = torch.compile(model, backend="kforge", options=opts)

@@ -30,3 +30,8 @@ def test_merge_keeps_every_row_and_both_commands(tmp_path):
 def test_merge_of_nothing_writes_nothing(tmp_path):
     bench_models.merge([tmp_path / "g0"], tmp_path)
     assert not (tmp_path / "models.json").exists()
+
+
+def test_ratio_range_pairs_rounds():
+    """Per-round speedups pair the two configurations' times from the same round, not sorted lists."""
+    assert bench_models.ratio_range([10.0, 20.0, 12.0], [5.0, 25.0, 12.0]) == [0.8, 2.0]

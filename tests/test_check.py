@@ -22,6 +22,15 @@ def test_agreeing_kernel_passes_and_is_counted():
     out = run(softmax_inputs())
     assert out[0].shape == (4, 33) and counters["kforge"]["checked_calls"] == 1
     assert counters["kforge"]["check_mismatch"] == 0
+    assert counters["kforge"]["check_bitwise_equal"] == 1  # it *is* PyTorch's op
+
+
+def test_a_close_but_different_kernel_is_not_counted_as_bitwise_equal():
+    card = tc.softmax((4, 33), "float32")
+    counters["kforge"].clear()
+    run = checked(card, lambda ins: [torch.softmax(ins[0].double(), -1).float()])  # other rounding, same answer
+    run(softmax_inputs())
+    assert counters["kforge"]["check_mismatch"] == 0 and counters["kforge"]["check_bitwise_equal"] == 0
 
 
 def test_disagreeing_kernel_is_logged_with_the_op(caplog):

@@ -9,16 +9,16 @@ from forge_backend.errors import BadOption
 
 def test_defaults():
     cfg = KforgeConfig.load({}, env={})
-    assert cfg.inner == "eager" and cfg.strict is False and cfg.search == "on_miss"
+    assert cfg.inner == "inductor" and cfg.strict is False and cfg.search == "on_miss"  # Note [the default inner]
     assert cfg.cache_dir.name == "kforge"
 
 
 def test_env_and_options_precedence():
-    env = {"KFORGE_INNER": "inductor", "KFORGE_STRICT": "1", "KFORGE_CACHE_DIR": "/tmp/x", "KFORGE_MARGIN": "0.1"}
+    env = {"KFORGE_INNER": "eager", "KFORGE_STRICT": "1", "KFORGE_CACHE_DIR": "/tmp/x", "KFORGE_MARGIN": "0.1"}
     cfg = KforgeConfig.load({}, env=env)
-    assert (cfg.inner, cfg.strict, cfg.cache_dir, cfg.margin) == ("inductor", True, Path("/tmp/x"), 0.1)
-    cfg = KforgeConfig.load({"inner": "eager", "strict": False}, env=env)
-    assert cfg.inner == "eager" and cfg.strict is False  # explicit options beat env vars
+    assert (cfg.inner, cfg.strict, cfg.cache_dir, cfg.margin) == ("eager", True, Path("/tmp/x"), 0.1)
+    cfg = KforgeConfig.load({"inner": "inductor", "strict": False}, env=env)
+    assert cfg.inner == "inductor" and cfg.strict is False  # explicit options beat env vars
 
 
 def test_families_parse():
