@@ -36,6 +36,8 @@ def softmax_variants(vec: int) -> list[dict[str, Any]]:
                      stream=[False, True]))
     out += list(grid(strategy="split", vec=vec, block=[256, 512], splits=[8, 16, 32], reverse=True,
                      stream=[False, True]))
+    out += list(grid(strategy="persist", vec=vec, block=[256, 512, 1024], cs=[8, 16], clusters=[7, 8, 9, 16],
+                     stream=[False, True]))
     return out
 
 
@@ -61,6 +63,7 @@ def cases() -> list[tuple[str, OperatorCard, list[dict[str, Any]]]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="", help="only cases whose name contains this")
+    ap.add_argument("--strategy", default="", help="only variants of these strategies (comma separated)")
     ap.add_argument("--out", type=Path, default=None, help="write probe.json here")
     ap.add_argument("--flush-only", action="store_true",
                     help="only time eager with a read and a write L2 flush (Note [why flush before each repeat])")
@@ -97,7 +100,8 @@ def main() -> None:
                 continue
             base = client.call({"cmd": "baseline", "card": card.to_json()})
             print(f"   worker: eager {base['eager_us']:.1f} us, floor {base['floor_us']:.1f} us", flush=True)
-            for p in variants:
+            keep = set(filter(None, args.strategy.split(",")))
+            for p in (v for v in variants if not keep or v["strategy"] in keep):
                 if not fam.valid(card, p):
                     print(f"   invalid {p}")
                     continue
