@@ -36,8 +36,6 @@ def softmax_variants(vec: int) -> list[dict[str, Any]]:
                      stream=[False, True]))
     out += list(grid(strategy="split", vec=vec, block=[256, 512], splits=[8, 16, 32], reverse=True,
                      stream=[False, True]))
-    out += list(grid(strategy="persist", vec=vec, block=[256, 512, 1024], cs=[8, 16], clusters=[7, 8, 9, 16],
-                     stream=[False, True]))
     return out
 
 

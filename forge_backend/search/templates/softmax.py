@@ -10,9 +10,6 @@ Strategies (``params["strategy"]``):
               once (Gemma logits [64, 262144]: 128 MB moved, floor 31.6 us, where a two-pass split reads 192 MB);
               ``cache=none`` keeps no chunk, so many more blocks are resident, and re-reads it (from L2 while the
               working set fits there).
-* ``persist`` clusters of CS blocks that stay resident and walk the rows (row ``cid``, ``cid + G``, ...), each chunk
-              in registers, loading the next row's chunk into a second register buffer while the current row's
-              statistics are exchanged and its output written (Note [a persistent cluster overlaps load and store]).
 * ``split``   two launches for rows too long for a cluster: per-chunk (max, sum) partials to scratch, then every
               chunk combines its row's partials and writes. ``reverse`` walks pass 2 backwards so it first
               re-reads the chunks pass 1 read last, which are still in L2.
@@ -33,7 +30,7 @@ from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACH
                      make_candidate, output_spec, pow2_ceil, row_fill, row_loop, scale_knob, typedefs, vec_ok)
 
 OPS = ("aten._softmax.default", "aten._log_softmax.default")
-STRATEGIES = ("group", "block", "cluster", "persist", "split")
+STRATEGIES = ("group", "block", "cluster", "split")
 
 
 def matches(card: OperatorCard) -> bool:
@@ -91,12 +88,6 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
         chunk = _chunk(cols, cs, vec)
         block = clamp(pow2_ceil(cdiv(chunk, vec * 8)), 128, 1024)
         return {"strategy": "cluster", "vec": vec, "block": block, "cs": cs, "cache": "reg", "stream": False}
-    if strategy == "persist":
-        cs = 16 if cols * isz >= 256 * 1024 else 8
-        chunk = _chunk(cols, cs, vec)
-        block = clamp(pow2_ceil(cdiv(chunk, vec * 8)), 128, 1024)
-        return {"strategy": "persist", "vec": vec, "block": block, "cs": cs, "clusters": max(1, SMS // cs),
-                "stream": False}
     splits = clamp(cdiv(8 * SMS, rows), 2, max(2, cols // 8192))  # ~8 blocks per SM, chunks of >= 8K elements
     return {"strategy": "split", "vec": vec, "block": 512, "splits": splits, "reverse": True, "stream": False}
 
@@ -133,7 +124,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
             return False  # most threads would hold nothing
         return {"reg": _reg_fits(nit, vec, isz, block), "smem": nit * block * vec * isz <= SMEM_LIMIT,
                 "none": True}.get(p.get("cache"), False)
-    if s in ("cluster", "persist", "split") and not isinstance(p.get("stream", False), bool):
+    if s in ("cluster", "split") and not isinstance(p.get("stream", False), bool):
         return False
     if s == "cluster":
         cs, cache = p.get("cs"), p.get("cache", "reg")
@@ -143,14 +134,6 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         if block > max(128, pow2_ceil(cdiv(chunk, vec))):
             return False
         return cache == "none" or _reg_fits(cdiv(chunk, block * vec), vec, isz, block)
-    if s == "persist":
-        cs, g = p.get("cs"), p.get("clusters", 0)
-        if cs not in (2, 4, 8, 16) or not 1 <= g <= 1024 or cols < cs * vec or rows <= g:
-            return False  # rows <= clusters: nothing to overlap, "cluster" does the same in one pass
-        chunk = _chunk(cols, cs, vec)
-        # two register buffers (the current row's chunk and the next one's)
-        return block <= max(128, pow2_ceil(cdiv(chunk, vec))) and _reg_fits(2 * cdiv(chunk, block * vec), vec, isz,
-                                                                            block)
     splits = p.get("splits", 0)
     return 2 <= splits <= cols // max(vec, 1) and rows * splits <= 2**31 - 1 and isinstance(p.get("reverse"), bool)
 
@@ -158,9 +141,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
 def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     acts = [(f"strategy {p['strategy']} -> {s}", defaults(card, s)) for s in STRATEGIES if s != p["strategy"]]
     acts += scale_knob(p, "vec") + scale_knob(p, "block") + scale_knob(p, "tpr") + scale_knob(p, "cs")
-    acts += scale_knob(p, "splits") + scale_knob(p, "clusters")
-    if "clusters" in p:  # how many 16-block clusters fit at once depends on the GPC layout: single steps too
-        acts += [knob(p, "clusters", p["clusters"] + d) for d in (-1, 1)]
+    acts += scale_knob(p, "splits")
     if p["strategy"] == "cluster":
         acts.append(knob(p, "cache", "none" if p.get("cache", "reg") == "reg" else "reg"))
     elif "cache" in p:
@@ -175,7 +156,7 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
         acts.append(knob(p, "online", not p["online"]))
     if "reverse" in p:
         acts.append(knob(p, "reverse", not p["reverse"]))
-    if p["strategy"] in ("cluster", "persist", "split"):
+    if p["strategy"] in ("cluster", "split"):
         acts.append(knob(p, "stream", not p.get("stream", False)))
     return filter_actions(card, p, acts, valid)
 
@@ -285,61 +266,6 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_cluster(const T* __rest
 """
 
 
-def _persist_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
-    """Note [a persistent cluster overlaps load and store]
-    Clusters stay resident and take rows ``cid, cid + G, ...``; right after the statistics of row r are exchanged
-    a cluster issues the loads of row r + G into a second register buffer, then writes row r from the first.
-    ``part`` is double-buffered by row parity, so one cluster barrier per row suffices."""
-    cols, block, vec, cs = card.sizes["cols"], p["block"], p["vec"], p["cs"]
-    chunk = _chunk(cols, cs, vec)
-    nit = cdiv(chunk, block * vec)
-    return _header(card, p, TPR=block, NT=block, CS=cs, CHUNK=chunk, NIT=nit, G=p["clusters"]) + f"""
-extern "C" __global__ __cluster_dims__(CS, 1, 1) void softmax_persist(const T* __restrict__ x, TO* __restrict__ y, long long rows);
-extern "C" __global__ __launch_bounds__(NT) void softmax_persist(const T* __restrict__ x, TO* __restrict__ y, long long rows) {{
-  __shared__ float red[32];
-  __shared__ float2 red2[32];
-  __shared__ float2 part[2], stat;
-  const int lane = threadIdx.x;
-  const int rank = blockIdx.x % CS;
-  const bool ok = true;
-  const int cbeg = rank * CHUNK, cend = min(cbeg + CHUNK, COLS);
-  long long row = blockIdx.x / CS;
-  P c[NIT], n[NIT];
-  {{
-    const T* xr = x + row * (long long)COLS;{row_fill("reg")}
-  }}
-  for (int it = 0; row < rows; ++it, row += G) {{
-    TO* yr = y + row * (long long)COLS;{_stats("reg", False)}
-    if (threadIdx.x == 0) part[it & 1] = make_float2(m, s);
-    __cluster_barrier_arrive();
-    __cluster_barrier_wait();
-    if (threadIdx.x < 32) {{
-      float2 v = make_float2(-CUDART_INF_F, 0.f);
-      if (threadIdx.x < CS) v = *reinterpret_cast<const float2*>(__cluster_map_shared_rank((const void*)&part[it & 1], threadIdx.x));
-      v = group_all<32, 32>(v, MaxSum(), (float2*)nullptr);
-      if (threadIdx.x == 0) stat = v;
-    }}
-    __syncthreads();
-    if (row + G < rows) {{
-      const T* xn = x + (row + G) * (long long)COLS;
-#pragma unroll
-      for (int i = 0; i < NIT; ++i) {{
-        const int col = cbeg + (i * TPR + lane) * VEC;
-        if (col < cend) n[i] = ldp<T, VEC>(xn + col);
-      }}
-    }}
-    {{
-      const float m = stat.x, s = stat.y;{_write("reg", log, p.get("stream", False))}
-    }}
-#pragma unroll
-    for (int i = 0; i < NIT; ++i) c[i] = n[i];
-  }}
-  __cluster_barrier_arrive();
-  __cluster_barrier_wait();
-}}
-"""
-
-
 def _split_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     rows, cols = card.sizes["rows"], card.sizes["cols"]
     block, vec, splits = p["block"], p["vec"], p["splits"]
@@ -393,10 +319,6 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     elif s == "cluster":
         launches = [launch("softmax_cluster", f"rows * {p['cs']}", block, ["in:self", "out:0"])]
         src, scratch = _cluster_source(card, p, log), None
-    elif s == "persist":
-        grid = f"min(rows, {p['clusters']}) * {p['cs']}"
-        launches = [launch("softmax_persist", grid, block, ["in:self", "out:0", "i64:rows"])]
-        src, scratch = _persist_source(card, p, log), None
     else:
         grid = f"rows * {p['splits']}"
         launches = [launch("softmax_part", grid, block, ["in:self", "scratch:part"]),
