@@ -288,7 +288,9 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
     plans = InductorPlans(cfg.cache_dir)
     graph_key = plans.key(gm, example_inputs, cfg)
     decompose = {op for op in candidates if str(op) in plans.get(graph_key)}
-    fallback = None  # a rewrite failure in an earlier attempt: the report of the attempt that compiles says so
+    # what earlier attempts found out, carried into the report of the attempt that compiles: a rewrite failure,
+    # and the time spent planning and searching (a first compile searches in its first attempt)
+    fallback, spent = None, 0.0
     for attempt in range(_INDUCTOR_ATTEMPTS):
         keep = candidates - decompose if attempt < _INDUCTOR_ATTEMPTS - 1 else set()
         attempt_report = CompileReport(cached=True)  # stays True only if Inductor's cache skipped the inner compiler
@@ -298,7 +300,7 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
             left = _leftovers_in(e)
             if left is None:
                 raise
-            fallback = fallback or attempt_report.fallback
+            fallback, spent = fallback or attempt_report.fallback, spent + attempt_report.seconds
             counters["kforge"]["inductor_retries"] += 1
             log.info("kforge: %s left to Inductor; compiling again with them decomposed",
                      ", ".join(sorted(str(op) for op in left.ops)))
@@ -307,6 +309,7 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
         if decompose:
             plans.put(graph_key, sorted(str(op) for op in decompose))
         attempt_report.fallback = attempt_report.fallback or fallback
+        attempt_report.seconds += spent
         _emit(attempt_report, on_report)  # one report per graph: the attempt that compiled it
         if attempt_report.cached:
             log.info("kforge: Inductor's cache served this graph; its kernels load by key when first called")

@@ -365,3 +365,21 @@ def test_inside_inductor_parameters_stay_static_inputs(monkeypatch):
         torch._dynamo.reset()
         torch.compile(model, backend=make_backend(CpuProvider()), options={"inner": "inductor"})(x)
     assert len(seen) == 2 and seen[0] == seen[1] == 6  # two weights, two biases, the norm's weight and bias
+
+
+def test_inductor_report_counts_the_planning_time_of_every_attempt(tmp_path, monkeypatch):
+    """A first compile searches in its first attempt; the report of the attempt that compiles (after a retry for
+    leftovers) must still carry that time. A fake clock makes every rewrite take exactly 1 s."""
+    import types
+
+    import forge_backend.backend as backend_mod
+
+    ticks = iter(range(1000))
+    monkeypatch.setattr(backend_mod, "time", types.SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    from torch._dynamo.utils import counters
+
+    counters["kforge"].clear()
+    reports = []
+    run_compiled(make_backend(Some(), reports.append), {"inner": "inductor", "cache_dir": str(tmp_path)})
+    assert counters["kforge"]["inductor_retries"] == 1  # two attempts rewrote the graph
+    assert len(reports) == 1 and reports[0].seconds == 2.0
