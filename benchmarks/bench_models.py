@@ -5,12 +5,15 @@
 Per MODEL_SPEC (examples/*.py with a setting): eager; Inductor; kforge with the rest of the graph eager (its first
 compile searches the signatures it misses); kforge with the rest through Inductor (cache now warm); and the compile
 time of a warm-cache kforge+Inductor compile next to a warm Inductor compile. Outputs are checked against eager.
-Writes models.json/.md under --out, one row at a time, so a run cut short keeps what finished.
+Writes models.json/.md under --out (models_check with --check, models_<mode> with --mode), one row at a time, so a
+run cut short keeps what finished.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import statistics
 import sys
 import tempfile
@@ -68,6 +71,20 @@ def ratio_range(base: list[float], new: list[float]) -> list[float]:
     return [min(ratios), max(ratios)]
 
 
+@contextlib.contextmanager
+def patched_env(values: dict[str, str]):
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def first_call_s(fn, inputs) -> tuple[float, object]:
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -94,7 +111,26 @@ def profile(fn, inputs, path: Path) -> None:
     path.write_text("\n".join(text))
 
 
-def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = None, check: bool = False) -> dict:
+def compiler(opts: dict, mode: str | None):
+    """``torch.compile`` for Inductor and for kforge+Inductor, with ``mode`` when given. torch.compile takes a mode or
+    options, not both: with a mode, kforge's options travel as KFORGE_* environment variables (set by ``bench``)."""
+    def inductor(model):
+        return torch.compile(model, mode=mode)
+
+    def kforge_inductor(model):
+        if mode is None:
+            return torch.compile(model, backend="kforge", options={**opts, "inner": "inductor"})
+        return torch.compile(model, backend="kforge", mode=mode)
+    return inductor, kforge_inductor
+
+
+def kforge_env(opts: dict) -> dict[str, str]:
+    return {f"KFORGE_{k.upper()}": str(int(v) if isinstance(v, bool) else v) for k, v in opts.items()} | {
+        "KFORGE_INNER": "inductor"}
+
+
+def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = None, check: bool = False,
+          mode: str | None = None) -> dict:
     from torch._dynamo.utils import counters
 
     from forge_backend.backend import make_backend
@@ -105,11 +141,12 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
     loaded = load(spec)
     model, inputs = loaded.model, loaded.inputs
     opts = {"search_iterations": iterations, "search_seconds": 240, "cache_dir": cache, "check": check}
-    with torch.no_grad():
+    inductor_compile, kforge_compile = compiler(opts, mode)
+    with torch.no_grad(), patched_env(kforge_env(opts) if mode else {}):
         ref = model(*inputs)
         ref_sum = float(sum(t.double().sum() for t in _tensors(ref)))
         torch._dynamo.reset()
-        ind = torch.compile(model)
+        ind = inductor_compile(model)
         ind_compile, out_ind = first_call_s(ind, inputs)
         reports = []
         counters.clear()
@@ -119,7 +156,7 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
         out_e = kfe(*inputs)
         eager_counters = dict(counters["kforge"])
         counters.clear()
-        kfi = torch.compile(model, backend="kforge", options={**opts, "inner": "inductor"})
+        kfi = kforge_compile(model)
         first_call_s(kfi, inputs)
         poison_cached_memory(torch.device("cuda", 0))
         out_i = kfi(*inputs)
@@ -137,10 +174,9 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
         ref_sum_after = float(sum(t.double().sum() for t in _tensors(ref)))
         del ind, kfe, kfi
         torch._dynamo.reset()  # warm compiles: Inductor's caches and kforge's cache are both warm now
-        ind_warm, _ = first_call_s(torch.compile(model), inputs)
+        ind_warm, _ = first_call_s(inductor_compile(model), inputs)
         torch._dynamo.reset()
-        kf_warm, _ = first_call_s(torch.compile(model, backend="kforge", options={**opts, "inner": "inductor"}),
-                                  inputs)
+        kf_warm, _ = first_call_s(kforge_compile(model), inputs)
     eager, inductor, kforge_eager, kforge_inductor = (ms[k] for k in ("eager", "inductor", "kforge_eager",
                                                                        "kforge_inductor"))
     keys = {key for r in reports for _, key, _ in r.replaced}
@@ -148,6 +184,7 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
     beating = sum(1 for k in keys if (rec := store.get(k)) and rec.decision == "kernel"
                   and (rec.timings.get("speedup_vs_eager") or 0) > 1.0)
     name, _, setting = spec.partition("::")
+    setting = setting + (f" mode={mode}" if mode else "")
     return {"model": Path(name).stem, "setting": setting, "eager_ms": eager, "inductor_ms": inductor,
             "kforge_eager_ms": kforge_eager, "kforge_inductor_ms": kforge_inductor,
             "kforge_eager_vs_eager": eager / kforge_eager, "kforge_inductor_vs_inductor": inductor / kforge_inductor,
@@ -165,18 +202,23 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
             "kforge_eager_vs_inductor_rel_err": rel_err(out_e, out_ind), "ref_overwritten": ref_sum_after != ref_sum}
 
 
-def merge(dirs: list[Path], out: Path) -> None:
-    """One models.json/.md from the halves of a run split over GPUs (run_device.sh models-split)."""
+def results_stem(check: bool = False, mode: str | None = None) -> str:
+    """models, models_check (timings not comparable) or models_<mode>: runs of different kinds never overwrite."""
+    return "models_check" if check else f"models_{mode.replace('-', '_')}" if mode else "models"
+
+
+def merge(dirs: list[Path], out: Path, stem: str = "models") -> None:
+    """One ``stem``.json/.md from the halves of a run split over GPUs (run_device.sh models-split)."""
     import json
 
-    parts = [json.loads((d / "models.json").read_text()) for d in dirs if (d / "models.json").exists()]
+    parts = [json.loads((d / f"{stem}.json").read_text()) for d in dirs if (d / f"{stem}.json").exists()]
     if not parts:
-        log(f"nothing to merge: no models.json under {', '.join(map(str, dirs))}")
+        log(f"nothing to merge: no {stem}.json under {', '.join(map(str, dirs))}")
         return
     env = {**parts[0]["environment"], "command": " + ".join(p["environment"]["command"] for p in parts),
            "split": f"{len(parts)} processes side by side, one GPU and its own CPU cores each"}
     rows = [r for p in parts for r in p["rows"]]
-    write_results(out / "models", env, rows, COLUMNS, "kforge end-to-end models (H200)")
+    write_results(out / stem, env, rows, COLUMNS, "kforge end-to-end models (H200)")
     log(f"merged {len(rows)} rows; kernels beating eager, summed over models: "
         f"{sum(r.get('kernels_beating_eager', 0) for r in rows)}")
 
@@ -191,11 +233,13 @@ def main() -> None:
     ap.add_argument("--check", action="store_true",
                     help="compare every kernel call with PyTorch (Note [checking inside a model]); slow, for finding "
                          "the op behind a max_rel_err far above Inductor's own")
+    ap.add_argument("--mode", default=None, help="torch.compile mode for Inductor and kforge+Inductor, e.g. "
+                                                 "reduce-overhead (Note [torch.compile's mode])")
     ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="DIR",
                     help="only merge the models.json of these directories (one run split over GPUs) into --out")
     args = ap.parse_args()
     if args.merge:
-        merge(args.merge, args.out)
+        merge(args.merge, args.out, results_stem(args.check, args.mode))
         return
     logging.basicConfig(format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("kforge").setLevel(logging.INFO)  # which kernels were used or left to PyTorch, and why
@@ -209,7 +253,7 @@ def main() -> None:
         model, _, setting = item.partition("::")
         spec = f"{EXAMPLES / model}.py" + (f"::{setting}" if setting else "")
         try:
-            row = bench(spec, cache, args.iterations, args.out if args.profile else None, args.check)
+            row = bench(spec, cache, args.iterations, args.out if args.profile else None, args.check, args.mode)
         except Exception as e:  # one broken model must not lose the others; reported in the table
             log(f"{item}: FAILED {type(e).__name__}: {str(e)[:400]}")
             rows.append({"model": model, "setting": setting, "error": f"{type(e).__name__}: {str(e)[:200]}"})
@@ -222,7 +266,7 @@ def main() -> None:
             f"{row['eager_rerun_rel_err']:.3g}, kforge eager vs Inductor {row['kforge_eager_vs_inductor_rel_err']:.3g}, "
             f"reference overwritten: {row['ref_overwritten']}")
         title = "kforge end-to-end models (H200)" + (", check=True: timings not comparable" if args.check else "")
-        write_results(args.out / ("models_check" if args.check else "models"), env, rows, COLUMNS, title)
+        write_results(args.out / results_stem(args.check, args.mode), env, rows, COLUMNS, title)
         torch.cuda.empty_cache()
     distinct = {k for r in rows for k in r.get("replaced_keys", [])}
     log(f"kernels beating eager, summed over models: {sum(r.get('kernels_beating_eager', 0) for r in rows)}; "

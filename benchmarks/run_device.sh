@@ -34,7 +34,7 @@ case "$what" in
             CUDA_VISIBLE_DEVICES=1 OUT=$OUT/g1 KFORGE_CACHE_DIR=/tmp/kc1 taskset -c $half-$((2 * half - 1)) \
               bash "$0" models --models "${B:-resnet50::fp16_b1,sd35_mmdit::bf16_txt333,gemma4::eager_attn}" "$@" & p1=$!
             wait $p0 $p1
-            python3 benchmarks/bench_models.py --merge "$OUT/g0" "$OUT/g1" --out "$OUT" ;;
+            python3 benchmarks/bench_models.py --merge "$OUT/g0" "$OUT/g1" --out "$OUT" "$@" ;;
   ops)      timeout ${T:-560} python3 benchmarks/bench_ops.py --out "$OUT" "$@" > "$OUT/ops.log" 2>&1
             grep -aE "eager .* ind " "$OUT/ops.log" | cut -c1-200 ;;
   models)   timeout ${T:-560} python3 benchmarks/bench_models.py --out "$OUT" "$@" > "$OUT/models.log" 2>&1

@@ -24,6 +24,7 @@ from torch._dynamo.utils import counters
 from .capture import scan
 from .cards import OperatorCard
 from .config import KforgeConfig
+from .errors import BadOption
 from .inductor_gate import charged_bytes, inductor_reorders_layout, replaces
 from .node_decompose import NotDecomposable, decompose_nodes
 from .registry import REGISTRY, KernelImpl
@@ -90,34 +91,62 @@ def make_backend(provider: KernelProvider | None = None,
     """Build a backend function. ``provider`` defaults to the GPU runtime; tests pass a CPU provider."""
 
     def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
+        mode = kwargs.pop("mode", None)
         options = dict(kwargs.pop("options", None) or {})
-        options.update({k: v for k, v in kwargs.items() if k != "mode"})
+        options.update(kwargs)
         cfg = KforgeConfig.load(options)
-        report = CompileReport()
-        if _needs_backward(gm, example_inputs):
-            log.info("kforge: graph needs a backward pass; passing it through unchanged (inner=%s)", cfg.inner)
-            report.fallback = "backward"
-            _emit(report, on_report)
-            return _run_inner(gm, example_inputs, cfg)
-        try:
-            if cfg.inner == "inductor":  # compile_fx may mutate its input: keep gm intact for the fallback
-                return _compile_with_inductor(_copy_module(gm), example_inputs, cfg, provider, on_report)
-            traced = _trace_in_place(gm, example_inputs)
-            if traced is not None:
-                return _rewrite_or_keep(traced, cfg, provider, report, on_report).forward
-            from torch._functorch.aot_autograd import aot_module_simplified
-
-            fw = functools.partial(_forward_compiler, cfg=cfg, provider=provider, report=report, on_report=on_report)
-            return aot_module_simplified(gm, list(example_inputs), fw_compiler=fw, decompositions={})
-        except Exception as e:  # Note [the user's model never breaks]
-            if cfg.strict:
-                raise
-            counters["kforge"]["graph_fallback"] += 1
-            log.warning("kforge: graph capture failed (%s: %s); running the graph with plain PyTorch (inner=%s)",
-                        type(e).__name__, e, cfg.inner)
-            return _run_inner(gm, example_inputs, cfg)
+        with torch._inductor.config.patch(_inductor_mode(mode, cfg)):
+            return _compile(gm, example_inputs, cfg, provider, on_report)
 
     return backend
+
+
+def _inductor_mode(mode: str | None, cfg: KforgeConfig) -> dict[str, Any]:
+    """Note [torch.compile's mode]
+    ``torch.compile(model, backend="kforge", mode=...)`` hands the mode to the backend. It names Inductor settings
+    (``reduce-overhead``: CUDA graphs; ``max-autotune``: autotuned GEMM templates and CUDA graphs), so kforge
+    applies them to every Inductor compile it makes: the graph with kforge's kernels in it, and the fallbacks. With
+    ``inner="eager"`` nothing is compiled by Inductor, and the mode is ignored with a warning. An unknown mode is a
+    ``BadOption`` that lists the valid ones."""
+    from torch._inductor import list_mode_options
+
+    if mode in (None, "default"):
+        return {}
+    modes = list_mode_options()
+    if mode not in modes:
+        raise BadOption(f"mode={mode!r} is not a torch.compile mode; valid: {', '.join(sorted(modes))}")
+    if cfg.inner != "inductor":
+        log.warning("kforge: mode=%r sets Inductor options, but inner=%r compiles nothing with Inductor; ignored",
+                    mode, cfg.inner)
+        return {}
+    return dict(modes[mode])
+
+
+def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: KforgeConfig,
+             provider: KernelProvider | None, on_report: Callable[[CompileReport], None] | None) -> Callable:
+    report = CompileReport()
+    if _needs_backward(gm, example_inputs):
+        log.info("kforge: graph needs a backward pass; passing it through unchanged (inner=%s)", cfg.inner)
+        report.fallback = "backward"
+        _emit(report, on_report)
+        return _run_inner(gm, example_inputs, cfg)
+    try:
+        if cfg.inner == "inductor":  # compile_fx may mutate its input: keep gm intact for the fallback
+            return _compile_with_inductor(_copy_module(gm), example_inputs, cfg, provider, on_report)
+        traced = _trace_in_place(gm, example_inputs)
+        if traced is not None:
+            return _rewrite_or_keep(traced, cfg, provider, report, on_report).forward
+        from torch._functorch.aot_autograd import aot_module_simplified
+
+        fw = functools.partial(_forward_compiler, cfg=cfg, provider=provider, report=report, on_report=on_report)
+        return aot_module_simplified(gm, list(example_inputs), fw_compiler=fw, decompositions={})
+    except Exception as e:  # Note [the user's model never breaks]
+        if cfg.strict:
+            raise
+        counters["kforge"]["graph_fallback"] += 1
+        log.warning("kforge: graph capture failed (%s: %s); running the graph with plain PyTorch (inner=%s)",
+                    type(e).__name__, e, cfg.inner)
+        return _run_inner(gm, example_inputs, cfg)
 
 
 def _trace_in_place(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> torch.fx.GraphModule | None:

@@ -4,7 +4,8 @@ The verifier proves a kernel on fresh random inputs. If a model's output still d
 inputs and a float64 reference, compared with the verifier's tolerances. A disagreement is logged with the op,
 the shapes and the worst element, and counted in ``counters["kforge"]["check_mismatch"]``; with ``strict`` it is
 raised. Outputs with the very bits of PyTorch's op are counted in ``check_bitwise_equal``: a model whose output
-matches eager exactly is explained by it, or by a kernel that is not being used. It costs two extra op calls per kernel call: a debugging mode, off by default.
+matches eager exactly is explained by it, or by a kernel that is not being used. It costs two extra op calls per
+kernel call: a debugging mode, off by default.
 """
 from __future__ import annotations
 

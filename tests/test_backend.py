@@ -383,3 +383,39 @@ def test_inductor_report_counts_the_planning_time_of_every_attempt(tmp_path, mon
     run_compiled(make_backend(Some(), reports.append), {"inner": "inductor", "cache_dir": str(tmp_path)})
     assert counters["kforge"]["inductor_retries"] == 1  # two attempts rewrote the graph
     assert len(reports) == 1 and reports[0].seconds == 2.0
+
+
+def test_torch_compile_mode_reaches_inductor(monkeypatch):
+    """Note [torch.compile's mode]: the mode's Inductor settings are active while kforge compiles with Inductor."""
+    import forge_backend.backend as backend_mod
+
+    seen = []
+    original = backend_mod._compile_with_inductor
+
+    def spy(*args, **kwargs):
+        seen.append((torch._inductor.config.max_autotune, torch._inductor.config.coordinate_descent_tuning))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(backend_mod, "_compile_with_inductor", spy)
+    f = torch.compile(lambda x: torch.softmax(x * 2, -1), backend=make_backend(CpuProvider()),
+                      mode="max-autotune-no-cudagraphs")
+    x = torch.randn(8, 33)
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), torch.softmax(x * 2, -1))
+    assert seen == [(True, True)]
+    assert torch._inductor.config.max_autotune is False  # only for the compile
+
+
+def test_an_unknown_mode_is_a_clear_error():
+    f = torch.compile(lambda x: x.softmax(-1), backend=make_backend(CpuProvider()), mode="fastest")
+    with pytest.raises(Exception, match=r"mode='fastest' is not a torch.compile mode; valid: .*reduce-overhead"):
+        f(torch.randn(4, 4))
+
+
+def test_mode_with_the_eager_inner_is_ignored_with_a_warning(caplog, monkeypatch):
+    monkeypatch.setenv("KFORGE_INNER", "eager")  # torch.compile takes mode or options, not both
+    f = torch.compile(lambda x: x.softmax(-1), backend=make_backend(CpuProvider()), mode="reduce-overhead")
+    x = torch.randn(4, 4)
+    with caplog.at_level(logging.WARNING, logger="kforge"):
+        torch.testing.assert_close(f(x), x.softmax(-1))
+    assert "inner='eager' compiles nothing with Inductor; ignored" in caplog.text

@@ -35,3 +35,19 @@ def test_merge_of_nothing_writes_nothing(tmp_path):
 def test_ratio_range_pairs_rounds():
     """Per-round speedups pair the two configurations' times from the same round, not sorted lists."""
     assert bench_models.ratio_range([10.0, 20.0, 12.0], [5.0, 25.0, 12.0]) == [0.8, 2.0]
+
+
+def test_a_mode_run_is_merged_under_its_own_name(tmp_path):
+    stem = bench_models.results_stem(mode="reduce-overhead")
+    assert stem == "models_reduce_overhead" and bench_models.results_stem(check=True) == "models_check"
+    d = tmp_path / "g0"
+    d.mkdir()
+    (d / f"{stem}.json").write_text(json.dumps({"environment": {"command": "x"}, "rows": [{"model": "resnet50"}]}))
+    bench_models.merge([d], tmp_path, stem)
+    assert (tmp_path / f"{stem}.json").exists() and not (tmp_path / "models.json").exists()
+
+
+def test_kforge_options_travel_as_environment_variables_with_a_mode():
+    env = bench_models.kforge_env({"search_iterations": 8, "cache_dir": "/tmp/c", "check": False})
+    assert env == {"KFORGE_SEARCH_ITERATIONS": "8", "KFORGE_CACHE_DIR": "/tmp/c", "KFORGE_CHECK": "0",
+                   "KFORGE_INNER": "inductor"}
