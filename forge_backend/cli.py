@@ -167,13 +167,14 @@ def _label(card) -> str:
 
 def _print_prewarm_table(results) -> None:
     table = Table(title="kforge prewarm")
-    for col in ("op", "share", "eager us", "kforge us", "speedup", "% roofline", "decision", "iters", "tokens",
-                "cost $", "expected gain"):
+    for col in ("op", "share", "eager us", "kforge us", "speedup", "x Inductor op", "% roofline", "decision", "iters",
+                "tokens", "cost $", "expected gain"):
         table.add_column(col)
     for r in results:
         pct = f"{100 * r.floor_us / r.kforge_us:.0f}%" if r.kforge_us and r.floor_us else ""
         table.add_row(_label(r.card), f"{r.share:.1%}", _num(r.eager_us), _num(r.kforge_us),
-                      f"{r.speedup:.2f}x" if r.speedup else "", pct, r.decision or r.status,
+                      f"{r.speedup:.2f}x" if r.speedup else "", f"{r.vs_inductor:.2f}x" if r.vs_inductor else "",
+                      pct, r.decision or r.status,
                       str(r.iterations or ""), str(r.tokens or ""), f"{r.cost_usd:.4f}" if r.cost_usd else "",
                       f"{r.expected_gain:.1%}" if r.expected_gain else "")
     console.print(table)

@@ -4,7 +4,9 @@ Plan: capture the model's cards; profile each signature's eager time on the GPU 
 to get its share of the model's operator time; skip signatures already decided in the cache (so a rerun resumes
 where an interrupted one stopped), those without a template family (unless the LLM proposes), and those under
 ``min_share``; then search the rest, biggest share first, one search worker per GPU. Each finished search is
-stored at once, so Ctrl-C loses only the search in flight.
+stored at once, so Ctrl-C loses only the search in flight. With ``inner="inductor"`` (the default) each kernel
+found is also timed against Inductor's own single op, as the first compile would otherwise do (Note [the baseline
+inside Inductor]), so that compile finds the time in the record and the final table shows it.
 """
 from __future__ import annotations
 
@@ -47,9 +49,16 @@ class PrewarmResult:
     tokens: int = 0
     cost_usd: float = 0.0
     reason: str = ""
+    inductor_us: float | None = None  # Inductor's single op (inner="inductor" and a kernel found)
     gpu: int | None = None  # the device index whose worker ran the search
     started: float | None = None  # unix time the search began and ended (shows searches overlapping across GPUs)
     finished: float | None = None
+
+    @property
+    def vs_inductor(self) -> float | None:
+        """Inductor's single-op time over the kernel's (before the costs Inductor's graph adds around an extern
+        call: Note [what replacing a node costs inside Inductor])."""
+        return self.inductor_us / self.kforge_us if self.inductor_us and self.kforge_us else None
 
     @property
     def expected_gain(self) -> float:
@@ -149,6 +158,8 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
             started = time.time()
             out = search(item.card, cfg, clients[gpu], store, iterations, seconds_per_op, on_progress=progress)
             res = _result(item, out)
+            if cfg.inner == "inductor":
+                res.inductor_us = _inductor_time(item.card, store, clients[gpu])
             res.gpu, res.started, res.finished = gpu, started, time.time()
         finally:
             with lock:
@@ -167,6 +178,21 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
     return results
 
 
+def _inductor_time(card: OperatorCard, store, client) -> float | None:
+    """Inductor's single-op time for a signature whose record holds a kernel (stored in the record), else None."""
+    from .errors import CandidateFailure
+    from .runtime.inductor_baseline import inductor_us
+
+    record = store.get(card.key)
+    if record is None or record.decision != "kernel":
+        return None
+    try:
+        return inductor_us(card, record, client, store)
+    except (CandidateFailure, RuntimeError) as e:
+        log.warning("kforge: could not time Inductor's %s (%s); the compile will try again", card.op, e)
+        return None
+
+
 def _result(item: PlanItem, out) -> PrewarmResult:
     rec = out.result.record
     tokens = sum(int(n.extra.get("tokens", 0) or 0) for n in rec.nodes)
@@ -182,4 +208,4 @@ def cached_result(item: PlanItem, store) -> PrewarmResult:
     t = rec.timings if rec is not None else {}
     return PrewarmResult(item.card, item.share, "cached", t.get("eager_us"), t.get("kforge_us"), t.get("floor_us"),
                          t.get("speedup_vs_eager"), rec.decision if rec else None,
-                         reason=str(rec.provenance.get("reason", "")) if rec else "")
+                         reason=str(rec.provenance.get("reason", "")) if rec else "", inductor_us=t.get("inductor_us"))

@@ -138,3 +138,53 @@ def test_prewarm_summary_shows_tokens_and_cost(capsys):
     cli._print_prewarm_table(rows)
     out = capsys.readouterr().out
     assert "1234" in out and "0.0123" in out and "2,000 tokens" in out and "$0.0200" in out
+
+
+class TimingClient(FakeClient):
+    """A worker that only times Inductor's single op (and counts how often it was asked)."""
+
+    def __init__(self, gpu):
+        super().__init__(gpu)
+        self.asked = 0
+
+    def call(self, msg, timeout_s=None):
+        assert msg["cmd"] == "inductor_baseline"
+        self.asked += 1
+        return {"inductor_us": 8.2}
+
+
+def _searched_softmax(tmp_path, inner):
+    from types import SimpleNamespace
+
+    from forge_backend.prewarm import run as run_prewarm
+    from forge_backend.store.local import LocalStore
+    from test_store import make_record
+
+    record = make_record()  # a kernel at 4.1 us for a [64, 1000] softmax
+    card = record.card_obj()
+    cfg = KforgeConfig.load({"cache_dir": str(tmp_path), "inner": inner}, env={})
+    items = plan([card], {card.key: 5.3}, cfg, FakeStore([]))
+
+    def fake_search(card_, cfg_, client, store, iterations, seconds, on_progress=None):
+        store.put(record)  # what a real search leaves behind
+        rec = SimpleNamespace(nodes=[], eager_us=5.3, floor_us=0.17, iterations=1, iterations_to_best=1, reason="")
+        return SimpleNamespace(result=SimpleNamespace(record=rec), seconds=0.0, record=record)
+
+    clients = []
+    results = run_prewarm(items, cfg, 4, 10.0, gpus=1, search=fake_search,
+                          make_client=lambda gpu: clients.append(TimingClient(gpu)) or clients[-1])
+    return results, clients[0], LocalStore(tmp_path).get(card.key)
+
+
+def test_prewarm_times_each_kernel_against_inductor_and_keeps_it_in_the_record(tmp_path):
+    """With inner="inductor" the first compile needs Inductor's time for every kernel: prewarm measures it once,
+    stores it in the record (so the compile does not), and reports kforge's ratio to it."""
+    results, client, stored = _searched_softmax(tmp_path, "inductor")
+    assert client.asked == 1 and results[0].inductor_us == 8.2
+    assert results[0].vs_inductor == pytest.approx(8.2 / 4.1)
+    assert stored.timings["inductor_us"] == 8.2
+
+
+def test_prewarm_for_the_eager_inner_does_not_time_inductor(tmp_path):
+    results, client, stored = _searched_softmax(tmp_path, "eager")
+    assert client.asked == 0 and results[0].inductor_us is None and "inductor_us" not in stored.timings

@@ -32,6 +32,7 @@ from ..registry import KernelImpl, conform
 from ..store.local import LocalStore
 from ..store.record import KernelRecord
 from ..store.shipped import ShippedStore, TieredStore
+from .inductor_baseline import inductor_us
 from .launch import Launcher
 from .nvrtc import compile_candidate
 from .worker import WorkerClient
@@ -153,18 +154,12 @@ class CudaProvider:
         record = self.store.get(card.key)
         if record is None or record.decision != "kernel":
             return None
-        ind = record.timings.get("inductor_us")
-        if ind is None:
-            try:
-                ind = float(self.client.call({"cmd": "inductor_baseline", "card": card.to_json()},
-                                             timeout_s=600)["inductor_us"])
-            except (CandidateFailure, RuntimeError) as e:
-                log.warning("kforge: could not time Inductor's %s (%s); left to Inductor", card.op, e)
-                self._vs_inductor[card.key] = None
-                return None
-            record = record.replace(timings={**record.timings, "inductor_us": ind})
-            if record.source == "local":
-                self.local.put(record)
+        try:
+            ind = inductor_us(card, record, self.client, self.local)
+        except (CandidateFailure, RuntimeError) as e:
+            log.warning("kforge: could not time Inductor's %s (%s); left to Inductor", card.op, e)
+            self._vs_inductor[card.key] = None
+            return None
         kf = record.timings.get("kforge_us")
         ok = kf is not None and replaces(kf, ind, card.bytes_min, 0, cfg.margin)
         log.info("kforge: %s kernel %.1f us vs Inductor %.1f us: %s", card.op, kf or float("nan"), ind,
