@@ -383,7 +383,7 @@ def _decompose_leftovers(gm: torch.fx.GraphModule, keep: set, report: CompileRep
         decompose_nodes(gm, left, select_decomp_table())
     except NotDecomposable as e:
         log.info("kforge: %s; its overload is decomposed over the whole graph instead", e)
-        raise _Leftovers({n.target for n in left}) from e
+        raise _Leftovers({e.op}) from e
     counters["kforge"]["decomposed_in_place"] += len(left)
     return gm
 

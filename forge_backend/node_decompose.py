@@ -22,7 +22,10 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 
 class NotDecomposable(Exception):
-    """This node cannot be decomposed in place; the caller decomposes its overload over the whole graph."""
+    """A node cannot be decomposed in place; the caller decomposes its overload (``op``, set by
+    ``decompose_nodes``) over the whole graph."""
+
+    op: Any = None
 
 
 def decompose_nodes(gm: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node],
@@ -30,7 +33,11 @@ def decompose_nodes(gm: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node],
     """Replace each of ``nodes`` by the ATen ops ``table`` decomposes it into. On ``NotDecomposable`` the graph
     may hold the nodes done so far; callers discard it (it is the inner compiler's copy)."""
     for node in nodes:
-        _decompose_one(gm.graph, node, table)
+        try:
+            _decompose_one(gm.graph, node, table)
+        except NotDecomposable as e:
+            e.op = node.target
+            raise
     if nodes:
         gm.graph.lint()
         gm.recompile()
