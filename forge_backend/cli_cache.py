@@ -134,7 +134,8 @@ def _records(store: LocalStore, shipped: ShippedStore | None) -> list[tuple[str,
 
 @cache_app.command("ls")
 def ls_cmd(cache_dir: CacheDir = None, shipped: Shipped = False) -> None:
-    """List cached records: op, first input, decision, speedup, bandwidth fraction, proposer, age."""
+    """List cached records: op, first input, decision, speedup over eager and over Inductor's single op (once timed),
+    bandwidth fraction, proposer, age."""
     with _errors():
         store = _store(cache_dir)
         rows = _records(store, ShippedStore() if shipped else None)
@@ -143,18 +144,26 @@ def ls_cmd(cache_dir: CacheDir = None, shipped: Shipped = False) -> None:
             console.print(f"no records in {store.root}")
             return
         table = Table(title=f"kforge cache: {store.root}", title_justify="left")
-        for col in ("key", "op", "input", "dtype", "decision", "speedup", "%bw", "proposer", "age", "source"):
-            table.add_column(col, no_wrap=True, justify="right" if col in ("speedup", "%bw", "age") else "left")
+        numeric = ("speedup", "x Inductor op", "%bw", "age")
+        for col in ("key", "op", "input", "dtype", "decision", *numeric[:2], "%bw", "proposer", "age", "source"):
+            table.add_column(col, no_wrap=True, justify="right" if col in numeric else "left")
         for key, rec, reason in rows:
             if rec is None:
-                table.add_row(key[:16], "-", "-", "-", "[red]CORRUPT[/red]", "-", "-", "-", "-", "-")
+                table.add_row(key[:16], "-", "-", "-", "[red]CORRUPT[/red]", "-", "-", "-", "-", "-", "-")
                 continue
             t, p = rec.timings, rec.provenance
             table.add_row(key[:16], rec.signature.get("op", "?"), _shape(rec), str(_first_input(rec).get("dtype", "-")),
-                          rec.decision, _num(t.get("speedup_vs_eager"), "{:.2f}x"), _num(t.get("pct_bw"), "{:.0f}%"),
+                          rec.decision, _num(t.get("speedup_vs_eager"), "{:.2f}x"), _vs_inductor(t),
+                          _num(t.get("pct_bw"), "{:.0f}%"),
                           str(p.get("proposer") or "-"), age(p.get("created_at")),
                           rec.source + ("" if rec.trusted else " (untrusted)"))
         console.print(table)
+
+
+def _vs_inductor(timings: dict) -> str:
+    """Inductor's single-op time over the kernel's (Note [the baseline inside Inductor]); '-' until it was timed."""
+    ind, kf = timings.get("inductor_us"), timings.get("kforge_us")
+    return f"{ind / kf:.2f}x" if ind and kf else "-"
 
 
 @cache_app.command("show")

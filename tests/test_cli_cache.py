@@ -43,6 +43,15 @@ def test_ls_lists_records(env):
     assert "1.29x" in r.output and "templates" in r.output and "pytorch" in r.output and "float32" in r.output
 
 
+def test_ls_shows_the_ratio_to_inductor_once_timed(env):
+    timed = make_record(512)
+    timed = timed.replace(timings={**timed.timings, "inductor_us": 8.2})  # kforge_us 4.1
+    with LocalStore(env["cache"]) as store:
+        store.put(timed)
+    r = invoke("ls", "--cache-dir", env["cache"])
+    assert r.exit_code == 0 and "2.00x" in r.output and "x Inductor op" in r.output
+
+
 def test_ls_empty_and_shipped(env):
     empty = str(env["tmp"] / "empty")
     assert "no records" in invoke("ls", "--cache-dir", empty).output
