@@ -25,7 +25,7 @@ from .capture import scan
 from .cards import OperatorCard
 from .config import KforgeConfig
 from .errors import BadOption
-from .inductor_gate import charged_bytes, inductor_reorders_layout, replaces
+from .inductor_gate import charged_bytes, host_cost_us, inductor_reorders_layout, replaces
 from .node_decompose import NotDecomposable, decompose_nodes
 from .registry import REGISTRY, KernelImpl
 from .rewrite import Replacement, apply
@@ -481,7 +481,7 @@ def _plan_and_rewrite(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: Ker
             continue
         if cfg.inner == "inductor" and "inductor_us" in impl.extra and not replaces(
                 impl.extra["kforge_us"], impl.extra["inductor_us"], bytes_min[impl.key],
-                charged_bytes(c.node, reordered), cfg.margin):
+                charged_bytes(c.node, reordered), cfg.margin, host_cost_us()):
             counters["kforge"]["kept_for_fusion"] += 1  # Note [what replacing a node costs inside Inductor]
             continue
         REGISTRY.register(impl)

@@ -4,7 +4,9 @@ replaced node costs more than its kernel's time:
 
 - the call: a ``kforge::kernel`` node is an extern call from Inductor's generated code (14.8 us on the H200 host
   for a 1024-element call, against 8.3 us for an ATen op, benchmarks/results/h200/overhead.md). In a host-bound
-  graph (ResNet-50 at batch 1, a small transformer) that time is not hidden. ``HOST_COST_US`` charges it;
+  graph (ResNet-50 at batch 1, a small transformer) that time is not hidden. ``HOST_COST_US`` charges it, except
+  when Inductor replays the graph as a CUDA graph (``triton.cudagraphs``, ``mode="reduce-overhead"``): a replay
+  runs no host code per node;
 - the fusions Inductor loses: Inductor fuses pointwise producers into a reduction's loads and pointwise consumers
   into its stores (a layer norm with the modulation after it, a softmax with the scale and mask before it). An
   extern node makes those tensors real: each fused neighbour's tensor is written once and read once more.
@@ -95,7 +97,15 @@ def charged_bytes(node: torch.fx.Node, layout_reordered: bool) -> int:
     return fused_traffic_bytes(node)
 
 
-def replaces(kforge_us: float, inductor_us: float, op_bytes: int, fused_bytes: int, margin: float) -> bool:
+def host_cost_us() -> float:
+    """The extern call's host time in the Inductor compile under way: none when it replays CUDA graphs."""
+    import torch._inductor.config as inductor_config
+
+    return 0.0 if inductor_config.triton.cudagraphs else HOST_COST_US
+
+
+def replaces(kforge_us: float, inductor_us: float, op_bytes: int, fused_bytes: int, margin: float,
+             host_us: float = HOST_COST_US) -> bool:
     """Note [what replacing a node costs inside Inductor]: does the kernel beat Inductor with its costs added?"""
     per_byte = kforge_us / max(op_bytes, 1)
-    return kforge_us * (1.0 + margin) + fused_bytes * per_byte + HOST_COST_US < inductor_us
+    return kforge_us * (1.0 + margin) + fused_bytes * per_byte + host_us < inductor_us

@@ -60,6 +60,18 @@ def test_fused_bytes_are_charged_at_the_kernels_own_rate(fused, used):
     assert not replaces(10.0, 10.0 * 1.03 + HOST_COST_US - 0.01, 10**6, 0, 0.03)
 
 
+def test_cuda_graph_replays_charge_no_host_time():
+    """A kernel 2.3 us faster than Inductor's op loses to the extern call's 5 us of host time, except in a compile
+    that replays CUDA graphs (mode="reduce-overhead"), where no host code runs per node."""
+    import torch._inductor.config as inductor_config
+
+    from forge_backend.inductor_gate import host_cost_us
+
+    assert host_cost_us() == HOST_COST_US and not replaces(5.8, 8.1, 10**4, 0, 0.03, host_cost_us())
+    with inductor_config.patch({"triton.cudagraphs": True}):
+        assert host_cost_us() == 0.0 and replaces(5.8, 8.1, 10**4, 0, 0.03, host_cost_us())
+
+
 class Timed(CpuProvider):
     """Serves layer norms with the timings a CUDA provider attaches inside Inductor."""
 

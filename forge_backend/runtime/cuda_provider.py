@@ -26,7 +26,7 @@ from ..cards import OperatorCard
 from ..check import checked
 from ..config import KforgeConfig
 from ..errors import CandidateFailure, KforgeError
-from ..inductor_gate import replaces
+from ..inductor_gate import host_cost_us, replaces
 from ..reference import call_aten
 from ..registry import KernelImpl, conform
 from ..store.local import LocalStore
@@ -68,7 +68,7 @@ class CudaProvider:
         self._client: WorkerClient | None = None
         self._loaded: dict[tuple[str, bool], KernelImpl] = {}  # (key, check) -> loaded kernel
         # key -> (kforge_us, inductor_us) where the kernel beats Inductor's single op, None where it does not
-        self._vs_inductor: dict[str, tuple[float, float] | None] = {}
+        self._vs_inductor: dict[tuple[str, float], tuple[float, float] | None] = {}
 
     @classmethod
     def shared(cls, cfg: KforgeConfig) -> "CudaProvider":
@@ -149,8 +149,10 @@ class CudaProvider:
     def _vs_inductor_times(self, card: OperatorCard, cfg: KforgeConfig) -> tuple[float, float] | None:
         """Note [the baseline inside Inductor]: (kforge_us, inductor_us) where the kernel beats Inductor's single
         op, else None."""
-        if card.key in self._vs_inductor:
-            return self._vs_inductor[card.key]
+        host_us = host_cost_us()
+        memo = (card.key, host_us)  # a CUDA-graph compile decides without the extern call's host cost
+        if memo in self._vs_inductor:
+            return self._vs_inductor[memo]
         record = self.store.get(card.key)
         if record is None or record.decision != "kernel":
             return None
@@ -158,14 +160,14 @@ class CudaProvider:
             ind = inductor_us(card, record, self.client, self.local)
         except (CandidateFailure, RuntimeError) as e:
             log.warning("kforge: could not time Inductor's %s (%s); left to Inductor", card.op, e)
-            self._vs_inductor[card.key] = None
+            self._vs_inductor[memo] = None
             return None
         kf = record.timings.get("kforge_us")
-        ok = kf is not None and replaces(kf, ind, card.bytes_min, 0, cfg.margin)
+        ok = kf is not None and replaces(kf, ind, card.bytes_min, 0, cfg.margin, host_us)
         log.info("kforge: %s kernel %.1f us vs Inductor %.1f us: %s", card.op, kf or float("nan"), ind,
                  "replaced" if ok else "left to Inductor")
-        self._vs_inductor[card.key] = (kf, ind) if ok else None
-        return self._vs_inductor[card.key]
+        self._vs_inductor[memo] = (kf, ind) if ok else None
+        return self._vs_inductor[memo]
 
     def _kernel_for(self, card: OperatorCard, cfg: KforgeConfig, deadline: float) -> KernelImpl | None:
         if (card.key, cfg.check) in self._loaded:
