@@ -248,6 +248,8 @@ class _CacheKey:
 
 def _cache_patches(provider: Any, cfg: KforgeConfig) -> dict[str, dict[str, Any]]:
     """Config patches for one compile: Note [kforge and Inductor's caches]."""
+    if getattr(provider, "serves_nothing", False):
+        return {"functorch": {}, "inductor": {}}  # Inductor's own graph: its caches as they are
     off = {"functorch": {"enable_autograd_cache": False}, "inductor": {}}
     fingerprint, load = getattr(provider, "fingerprint", None), getattr(provider, "load", None)
     if fingerprint is None or load is None or torch._inductor.config.post_grad_custom_post_pass is not None:
@@ -313,7 +315,9 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
 
     provider = provider if provider is not None else _default_provider(cfg)
     cache_patches = _cache_patches(provider, cfg)
-    candidates = {op for op in select_decomp_table() if is_candidate(str(op), cfg.families, "inductor")}
+    # a provider that can serve nothing (no GPU) keeps no overload from Inductor: one plain compile, no retry
+    candidates = set() if getattr(provider, "serves_nothing", False) else {
+        op for op in select_decomp_table() if is_candidate(str(op), cfg.families, "inductor")}
     plans = InductorPlans(cfg.cache_dir)
     graph_key = plans.key(gm, example_inputs, cfg)
     decompose = {op for op in candidates if str(op) in plans.get(graph_key)}

@@ -13,6 +13,8 @@ log = logging.getLogger("kforge")
 class NoGpuProvider:
     """Serves nothing: CPU graphs (or machines without CUDA) keep every op with PyTorch."""
 
+    serves_nothing = True  # inside Inductor: compile once, with Inductor's own decompositions
+
     def kernels_for(self, cards: list[OperatorCard], cfg: KforgeConfig) -> dict[str, KernelImpl]:
         return {}
 
