@@ -204,11 +204,16 @@ class _Leftovers(Exception):
         self.ops = ops
 
 
-def _leftovers_in(e: BaseException) -> _Leftovers | None:
-    """Inductor may wrap an exception raised by the inner compiler; find ours in the chain."""
+class _Restart(Exception):
+    """Raised inside Inductor's inner compiler: its searches changed kforge's fingerprint (Note [a cold compile
+    leaves a warm cache])."""
+
+
+def _ours_in(e: BaseException, cls: type) -> Any:
+    """Inductor may wrap an exception raised by the inner compiler; find ours (a ``cls``) in the chain."""
     seen = set()
     while e is not None and id(e) not in seen:
-        if isinstance(e, _Leftovers):
+        if isinstance(e, cls):
             return e
         seen.add(id(e))
         e = e.__cause__ or e.__context__
@@ -261,7 +266,29 @@ def _cache_patches(provider: Any, cfg: KforgeConfig) -> dict[str, dict[str, Any]
     if not fp:
         return off
     REGISTRY.add_loader(load)  # code from the cache calls kernels this process has not registered yet
-    return {"functorch": {}, "inductor": {"post_grad_custom_post_pass": key(f"kforge:{_source_hash()}:{fp}")}}
+    return {"functorch": {}, "inductor": {"post_grad_custom_post_pass": key(_cache_uuid(fp))}}
+
+
+def _cache_uuid(fingerprint: str) -> str:
+    return f"kforge:{_source_hash()}:{fingerprint}"
+
+
+def _fingerprint_moved(provider: Any, cfg: KforgeConfig, used: dict[str, dict[str, Any]]) -> bool:
+    """Note [a cold compile leaves a warm cache]
+    The fingerprint in Inductor's cache keys (Note [kforge and Inductor's caches]) is taken when a compile starts.
+    A compile that searches changes it on the way, so what it stores would be keyed on a cache state no later
+    compile sees, and the next process would compile the graph from scratch again (SD3.5 VAE on the H200: a warm
+    kforge+Inductor compile took 11.6 s against Inductor's 3.0 s). The third session compiled such a graph a
+    second time under the new fingerprint. Now the inner compiler checks right after its rewrite, before any code
+    is generated: if the searches moved the fingerprint it raises ``_Restart``, and the compile starts again under
+    the new one (its decisions are all cached by then), so the graph is generated once, not twice.
+
+    Has the provider's fingerprint changed since the compile that uses ``used`` began?"""
+    before = used["inductor"].get("post_grad_custom_post_pass")
+    if before is None:
+        return False
+    now = provider.fingerprint(cfg)
+    return bool(now) and before.uuid() != _cache_uuid(now)
 
 
 @functools.lru_cache(maxsize=1)
@@ -323,17 +350,24 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
     decompose = {op for op in candidates if str(op) in plans.get(graph_key)}
     # what earlier attempts found out, carried into the report of the attempt that compiles: a rewrite failure,
     # and the time spent planning and searching (a first compile searches in its first attempt)
-    fallback, spent = None, 0.0
-    for attempt in range(_INDUCTOR_ATTEMPTS):
-        keep = candidates - decompose if attempt < _INDUCTOR_ATTEMPTS - 1 else set()
+    fallback, spent, retries, restarted = None, 0.0, 0, False
+    while True:
+        keep = candidates - decompose if retries < _INDUCTOR_ATTEMPTS - 1 else set()
         attempt_report = CompileReport(cached=True)  # stays True only if Inductor's cache skipped the inner compiler
         try:
-            compiled = _compile_once(gm, example_inputs, cfg, provider, keep, attempt_report, cache_patches)
+            compiled = _compile_once(gm, example_inputs, cfg, provider, keep, attempt_report, cache_patches,
+                                     restart=not restarted)
         except Exception as e:
-            left = _leftovers_in(e)
-            if left is None:
+            left, restart = _ours_in(e, _Leftovers), _ours_in(e, _Restart)
+            if left is None and restart is None:
                 raise
             fallback, spent = fallback or attempt_report.fallback, spent + attempt_report.seconds
+            if restart is not None:
+                restarted, cache_patches = True, _cache_patches(provider, cfg)
+                counters["kforge"]["restarted_for_cache"] += 1
+                log.info("kforge: searches changed the kernel cache; compiling under its new fingerprint")
+                continue
+            retries += 1
             counters["kforge"]["inductor_retries"] += 1
             log.info("kforge: %s left to Inductor; compiling again with them decomposed",
                      ", ".join(sorted(str(op) for op in left.ops)))
@@ -346,21 +380,24 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
         _emit(attempt_report, on_report)  # one report per graph: the attempt that compiled it
         if attempt_report.cached:
             log.info("kforge: Inductor's cache served this graph; its kernels load by key when first called")
-            return compiled
-        return _recompile_for_the_cache(gm, example_inputs, cfg, provider, keep, compiled, cache_patches)
-    raise AssertionError("unreachable: the last attempt keeps no overload, so it has no leftovers")
+        return compiled
 
 
 def _compile_once(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: KforgeConfig, provider: Any,
-                  keep: set, report: CompileReport, cache_patches: dict[str, dict[str, Any]]) -> Callable:
+                  keep: set, report: CompileReport, cache_patches: dict[str, dict[str, Any]],
+                  restart: bool = False) -> Callable:
     """One Inductor compile that leaves ``keep`` undecomposed and rewrites their nodes in the inner compiler; raises
-    ``_Leftovers`` if some of those nodes keep no kernel (Note [kforge inside Inductor])."""
+    ``_Leftovers`` if some of those nodes keep no kernel (Note [kforge inside Inductor]), and, with ``restart``,
+    ``_Restart`` if the rewrite's searches changed the fingerprint (Note [a cold compile leaves a warm cache])."""
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     def inner(aten_gm: torch.fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
         report.cached = False
         if keep:
-            aten_gm = _decompose_leftovers(_rewrite_or_keep(aten_gm, cfg, provider, report, None), keep, report)
+            aten_gm = _rewrite_or_keep(aten_gm, cfg, provider, report, None)
+            if restart and _fingerprint_moved(provider, cfg, cache_patches):
+                raise _Restart()  # before any code generation: the compile restarts under the new fingerprint
+            aten_gm = _decompose_leftovers(aten_gm, keep, report)
         return compile_fx_inner(aten_gm, inputs, **kwargs)
 
     with torch._functorch.config.patch(**cache_patches["functorch"]), \
@@ -390,30 +427,6 @@ def _decompose_leftovers(gm: torch.fx.GraphModule, keep: set, report: CompileRep
         raise _Leftovers({e.op}) from e
     counters["kforge"]["decomposed_in_place"] += len(left)
     return gm
-
-
-def _recompile_for_the_cache(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: KforgeConfig,
-                             provider: Any, keep: set, compiled: Callable,
-                             used: dict[str, dict[str, Any]]) -> Callable:
-    """Note [a cold compile leaves a warm cache]
-    The fingerprint in Inductor's cache keys (Note [kforge and Inductor's caches]) is taken when a compile starts.
-    A compile that searched has changed it by the time it ends, so the entry it stored is keyed on a cache state
-    that no later compile sees, and the next process would compile the graph from scratch again (SD3.5 VAE on the
-    H200: warm kforge+Inductor compile 11.6 s against Inductor's 3.0 s). So such a compile runs once more under
-    the new fingerprint; every kernel decision is cached by then, and Inductor's own Triton cache is warm, so this
-    costs a fraction of the cold compile, once. If it fails, the first result stands."""
-    before = used["inductor"].get("post_grad_custom_post_pass")
-    patches = _cache_patches(provider, cfg)
-    after = patches["inductor"].get("post_grad_custom_post_pass")
-    if before is None or after is None or before.uuid() == after.uuid():
-        return compiled
-    try:
-        again = _compile_once(gm, example_inputs, cfg, provider, keep, CompileReport(), patches)
-    except Exception as e:  # only a cache warm-up (leftovers included: decisions moved under us)
-        log.info("kforge: compiling again for Inductor's cache failed (%s: %s)", type(e).__name__, e)
-        return compiled
-    counters["kforge"]["recompiled_for_cache"] += 1
-    return again
 
 
 def _rewrite_or_keep(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: KernelProvider | None,
