@@ -66,9 +66,10 @@ def interleaved_ms(fns: dict, inputs, rounds: int = 7, reps: int = 4) -> dict[st
 
 
 def ratio_range(base: list[float], new: list[float]) -> list[float]:
-    """Lowest and highest per-round speedup of ``new`` over ``base`` (rounds paired: both ran in the same round)."""
+    """Lowest, median and highest per-round speedup of ``new`` over ``base`` (rounds paired: both ran in the same
+    round, so a drift of the host's speed between rounds cancels in each ratio)."""
     ratios = [b / n for b, n in zip(base, new)]
-    return [min(ratios), max(ratios)]
+    return [min(ratios), statistics.median(ratios), max(ratios)]
 
 
 @contextlib.contextmanager
