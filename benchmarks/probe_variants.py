@@ -32,7 +32,7 @@ def grid(**axes: Any) -> Iterator[dict[str, Any]]:
 
 def softmax_variants(vec: int) -> list[dict[str, Any]]:
     out = list(grid(strategy="cluster", vec=vec, block=[256, 512], cs=[8, 16], cache="reg", stream=[False, True]))
-    out += list(grid(strategy="cluster", vec=vec, block=[256, 512, 1024], cs=[8, 16], cache="none",
+    out += list(grid(strategy="cluster", vec=vec, block=[256, 512, 1024], cs=[8, 16], cache=["none", "smem"],
                      stream=[False, True]))
     out += list(grid(strategy="split", vec=vec, block=[256, 512], splits=[8, 16, 32], reverse=True,
                      stream=[False, True]))

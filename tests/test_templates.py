@@ -211,6 +211,23 @@ def test_root_strategies_fit_the_shape() -> None:
     assert pick("softmax_4097_f32")["vec"] == 1  # 4097 * 4 bytes is not a multiple of 16
 
 
+def test_cluster_softmax_can_keep_its_chunk_in_shared_memory() -> None:
+    """cache=smem: the chunk (64 KB of a 1 MB fp32 row over 16 blocks) is dynamic shared memory, so the launch asks
+    for it, and the search reaches it from the register-cached root in one action."""
+    from forge_backend.search.templates import softmax as sm
+
+    card = CARDS["softmax_logits_f32"][0]()
+    root = sm.root_params(card)
+    assert root["strategy"] == "cluster" and root["cache"] == "reg"
+    acts = dict(sm.actions(card, root))
+    smem = acts["cache reg -> smem"]
+    launches, _ = resolve_plan(sm.generate(card, smem), card.sizes, card.floats)
+    assert launches[0].smem == 262144 // root["cs"] * 4
+    _compile_once(sm.generate(card, smem))
+    too_big = {**smem, "cs": 2}  # 512 KB per block
+    assert not sm.valid(card, too_big)
+
+
 def _root_view() -> ParentView:
     return ParentView(0, None, {}, None, None, None)
 

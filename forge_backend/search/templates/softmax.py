@@ -9,7 +9,9 @@ Strategies (``params["strategy"]``):
               memory and write their chunk. ``cache=reg`` holds the chunk in registers, so the row is read from DRAM
               once (Gemma logits [64, 262144]: 128 MB moved, floor 31.6 us, where a two-pass split reads 192 MB);
               ``cache=none`` keeps no chunk, so many more blocks are resident, and re-reads it (from L2 while the
-              working set fits there).
+              working set fits there). ``cache=smem`` holds the chunk in shared memory: still one DRAM read, but a
+              64 KB chunk leaves room for three blocks per SM where registers fit one or two, so one block's loads
+              can run while another's barrier and stores do (not yet measured on the H200).
 * ``split``   two launches for rows too long for a cluster: per-chunk (max, sum) partials to scratch, then every
               chunk combines its row's partials and writes. ``reverse`` walks pass 2 backwards so it first
               re-reads the chunks pass 1 read last, which are still in L2.
@@ -128,11 +130,13 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         return False
     if s == "cluster":
         cs, cache = p.get("cs"), p.get("cache", "reg")
-        if cs not in (2, 4, 8, 16) or rows * cs > 2**31 - 1 or cols < cs * vec or cache not in ("reg", "none"):
+        if cs not in (2, 4, 8, 16) or rows * cs > 2**31 - 1 or cols < cs * vec or cache not in ("reg", "smem", "none"):
             return False
         chunk = _chunk(cols, cs, vec)
         if block > max(128, pow2_ceil(cdiv(chunk, vec))):
             return False
+        if cache == "smem":
+            return _cluster_smem(chunk, block, vec, isz) <= SMEM_LIMIT - _CLUSTER_STATIC_SMEM
         return cache == "none" or _reg_fits(cdiv(chunk, block * vec), vec, isz, block)
     splits = p.get("splits", 0)
     return 2 <= splits <= cols // max(vec, 1) and rows * splits <= 2**31 - 1 and isinstance(p.get("reverse"), bool)
@@ -143,7 +147,7 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
     acts += scale_knob(p, "vec") + scale_knob(p, "block") + scale_knob(p, "tpr") + scale_knob(p, "cs")
     acts += scale_knob(p, "splits")
     if p["strategy"] == "cluster":
-        acts.append(knob(p, "cache", "none" if p.get("cache", "reg") == "reg" else "reg"))
+        acts += [knob(p, "cache", c) for c in ("reg", "smem", "none") if c != p.get("cache", "reg")]
     elif "cache" in p:
         for c in ("reg", "smem", "none"):
             if c != p["cache"]:
@@ -226,11 +230,23 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_rows(const T* __restric
 """
 
 
+_CLUSTER_STATIC_SMEM = 1024  # the cluster kernel's own __shared__ (reduction scratch, part, stat), rounded up
+
+
+def _cluster_smem(chunk: int, block: int, vec: int, isz: int) -> int:
+    """Dynamic shared memory of a ``cache=smem`` cluster block: its chunk, in whole packs per thread."""
+    return cdiv(chunk, block * vec) * block * vec * isz
+
+
 def _cluster_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     cols, block, vec, cs = card.sizes["cols"], p["block"], p["vec"], p["cs"]
     cache, stream = p.get("cache", "reg"), p.get("stream", False)
-    src = "reg" if cache == "reg" else "global"
+    src = {"reg": "reg", "smem": "smem"}.get(cache, "global")
     chunk = _chunk(cols, cs, vec)
+    keep = {"reg": "P c[NIT];" + row_fill("reg"),
+            "smem": "extern __shared__ __align__(16) unsigned char dsm[];\n  P* c = reinterpret_cast<P*>(dsm);"
+                    + row_fill("smem"),
+            "none": ""}[cache]
     return _header(card, p, TPR=block, NT=block, CS=cs, CHUNK=chunk, NIT=cdiv(chunk, block * vec)) + f"""
 // One cluster of CS blocks per row; block `rank` takes columns [rank * CHUNK, (rank + 1) * CHUNK){" in registers" if cache == "reg" else ""}.
 // The cluster shape sits on a declaration: the contract's kernel pattern wants `void NAME(` on the definition.
@@ -246,7 +262,7 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_cluster(const T* __rest
   const T* xr = x + row * (long long)COLS;
   TO* yr = y + row * (long long)COLS;
   const int cbeg = rank * CHUNK, cend = min(cbeg + CHUNK, COLS);
-  {"P c[NIT];" + row_fill("reg") if cache == "reg" else ""}{_stats(src, cache == "none")}
+  {keep}{_stats(src, cache == "none")}
   if (threadIdx.x == 0) part = make_float2(m, s);
   __cluster_barrier_arrive();
   __cluster_barrier_wait();
@@ -317,7 +333,8 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
         launches = [launch("softmax_rows", f"cdiv(rows, {rpb})", block, ["in:self", "out:0", "i64:rows"], smem)]
         src, scratch = _rows_source(card, p, log), None
     elif s == "cluster":
-        launches = [launch("softmax_cluster", f"rows * {p['cs']}", block, ["in:self", "out:0"])]
+        smem = _cluster_smem(_chunk(cols, p["cs"], vec), block, vec, isz) if p.get("cache") == "smem" else 0
+        launches = [launch("softmax_cluster", f"rows * {p['cs']}", block, ["in:self", "out:0"], smem)]
         src, scratch = _cluster_source(card, p, log), None
     else:
         grid = f"rows * {p['splits']}"
