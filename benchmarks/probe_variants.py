@@ -43,6 +43,8 @@ def group_norm_variants(vec: int) -> list[dict[str, Any]]:
     out = list(grid(strategy="sync", vec=vec, block=[256, 512], bpt=[32, 64, 128, 256], cache="reg", stream=False))
     out += list(grid(strategy="sync", vec=vec, block=[256, 512, 1024], bpt=[64, 128, 256], cache="none",
                      stream=[False, True]))
+    out += list(grid(strategy="sync", vec=vec, block=[256, 512], bpt=[128, 256, 512, 1024], cache="smem",
+                     stream=[False, True]))
     out += list(grid(strategy="split", vec=vec, block=[256, 512], k=[8, 16, 32], reverse=True, stream=[False, True]))
     return out
 

@@ -228,6 +228,23 @@ def test_cluster_softmax_can_keep_its_chunk_in_shared_memory() -> None:
     assert not sm.valid(card, too_big)
 
 
+def test_group_norm_sync_can_keep_its_chunk_in_shared_memory() -> None:
+    """cache=smem for the one-launch group norm: the chunk (bpt bytes per thread) is dynamic shared memory, which
+    also bounds how many blocks the ticket barrier may count on being resident."""
+    from forge_backend.search.templates import norm
+
+    card = CARDS["group_norm_vae_bf16"][0]()
+    root = norm.root_params(card)
+    assert root["strategy"] == "sync"
+    smem = dict(norm.actions(card, root))["cache reg -> smem"]
+    big = {**smem, "bpt": 512, "block": 256}  # 128 KB of chunk per block: beyond what registers could hold
+    assert norm.valid(card, big) and not norm.valid(card, {**big, "cache": "reg"})
+    launches, _ = resolve_plan(norm.generate(card, big), card.sizes, card.floats)
+    assert launches[0].smem == 512 * 256
+    _compile_once(norm.generate(card, big))
+    assert not norm.valid(card, {**big, "bpt": 1024, "block": 1024})  # 1 MB: no SM has that much shared memory
+
+
 def _root_view() -> ParentView:
     return ParentView(0, None, {}, None, None, None)
 

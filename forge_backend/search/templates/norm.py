@@ -14,8 +14,10 @@ Strategies per op (``params["strategy"]``):
   (Chan's formula, fixed order, so every block gets identical stats) and normalise their chunk.
   ``sync``: one launch; blocks take tickets (an atomic counter) so a group's K chunks belong to blocks that are all
   running; each block publishes its chunk's partial, waits on the group's arrival counter, combines and writes.
-  ``cache=reg`` keeps the chunk in registers (the input is read from DRAM once); ``cache=none`` keeps nothing, so
-  more blocks are resident, and re-reads the chunk, from L2 while the resident chunks fit there.
+  ``cache=reg`` keeps the chunk in registers (the input is read from DRAM once); ``cache=smem`` keeps it in
+  dynamic shared memory (also one read; up to 1 KB per thread, so bigger chunks and more of the tensor resident at
+  once; not yet measured on the H200); ``cache=none`` keeps nothing, so more blocks are resident, and re-reads the
+  chunk, from L2 while the resident chunks fit there.
   ``stream`` (split and sync) makes the last read of the input and the write of the output streaming accesses
   (ld/st.global.cs), so the output does not push input that is still to be re-read out of L2.
 
@@ -32,10 +34,10 @@ from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
-from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMS, align_of,
-                     best_vec, cdiv, clamp, consts, filter_actions, flat_contiguous, input_spec, knob, launch,
-                     main_input, make_candidate, output_spec, pow2_ceil, row_fill, row_loop, same_layout, scale_knob,
-                     typedefs, vec_ok)
+from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMEM_LIMIT, SMS,
+                     align_of, best_vec, cdiv, clamp, consts, filter_actions, flat_contiguous, input_spec, knob,
+                     launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill, row_loop, same_layout,
+                     scale_knob, typedefs, vec_ok)
 
 OPS = {"aten.native_layer_norm.default": "layer_norm", "aten._fused_rms_norm.default": "rms_norm",
        "aten._native_batch_norm_legit_no_training.default": "batch_norm",
@@ -199,12 +201,17 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         k = p.get("k", 0)
         return 1 <= k <= max(1, cdiv(gs, vec)) and ng * k < 2**31 and isinstance(p.get("reverse"), bool)
     bpt, cache = p.get("bpt", 0), p.get("cache", "reg")
-    if bpt not in (16, 32, 64, 128, 256) or bpt % (vec * isz) or cache not in ("reg", "none"):
+    if bpt not in (16, 32, 64, 128, 256, 512, 1024) or bpt % (vec * isz) or cache not in ("reg", "smem", "none"):
         return False
-    if cache == "reg" and bpt * block > REG_CACHE_BLOCK:
+    if cache == "reg" and (bpt > REG_CACHE_THREAD or bpt * block > REG_CACHE_BLOCK):
+        return False
+    if cache == "smem" and bpt * block > SMEM_LIMIT - _SYNC_STATIC_SMEM:
         return False
     regs = 40 + (bpt // 4 if cache == "reg" else 0)  # rough estimate of registers per thread
-    resident = SMS * max(1, min(2048 // block, 65536 // (block * regs)))
+    per_sm = min(2048 // block, 65536 // (block * regs))
+    if cache == "smem":  # Note [ticket barrier progress]: the estimate must not count blocks that cannot be resident
+        per_sm = min(per_sm, (SMEM_LIMIT + 1024) // (bpt * block + _SYNC_STATIC_SMEM))
+    resident = SMS * max(1, per_sm)
     return _sync_k(card, p) <= resident // 2 and ng * _sync_k(card, p) < 2**31
 
 
@@ -220,7 +227,7 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
     if kind == "group_norm":
         acts.append(knob(p, "stream", not p.get("stream", False)))
         if p["strategy"] == "sync":
-            acts.append(knob(p, "cache", "none" if p.get("cache", "reg") == "reg" else "reg"))
+            acts += [knob(p, "cache", c) for c in ("reg", "smem", "none") if c != p.get("cache", "reg")]
     return filter_actions(card, p, acts, valid)
 
 
@@ -415,12 +422,13 @@ def _gn_normalise(card: OperatorCard, src: str, stream: bool = False) -> str:
 #pragma unroll
       for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});
       {"stp_cs" if stream else "stp"}<TO, VEC>(yg + e, o);"""
-    if src == "reg":
+    if src in ("reg", "smem"):
+        slot = "cache[i]" if src == "reg" else "cache[i * NT + threadIdx.x]"
         loop = f"""
 #pragma unroll
   for (int i = 0; i < NIT; ++i) {{
     const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
-    if (e < end) {{ const P p = cache[i]; {body} }}
+    if (e < end) {{ const P p = {slot}; {body} }}
   }}"""
     else:
         loop = f"""
@@ -518,18 +526,24 @@ extern "C" __global__ __launch_bounds__(NT) void gn_sync({params}) {{
     while (*(volatile int*)(sync + 1 + gi) < K) {{ }}
     __threadfence();
   }}
-  __syncthreads();{_gn_normalise(card, "reg" if p.get("cache", "reg") == "reg" else "global", p.get("stream", False))}
+  __syncthreads();{_gn_normalise(card, {"reg": "reg", "smem": "smem"}.get(p.get("cache", "reg"), "global"),
+                                  p.get("stream", False))}
 }}
 """
-        launches = [launch("gn_sync", ng * k, block, args)]
+        smem = p["bpt"] * block if p.get("cache") == "smem" else 0
+        launches = [launch("gn_sync", ng * k, block, args, smem)]
         scratch = {"part": (ng * k * 16, False), "sync": ((1 + ng) * 4, True)}
     desc = "group_norm " + " ".join(f"{k_}={v}" for k_, v in sorted(p.items())) + f" K={k}"
     return make_candidate(source, launches, desc, p, align_of(vec, _tensors(card)), scratch)
 
 
+_SYNC_STATIC_SMEM = 1024  # gn_sync's own __shared__ (reduction scratch, ticket), rounded up
+
+
 def _gn_sync_stats(cache: str) -> str:
-    """This block's chunk statistics for ``gn_sync``: n, mb (mean) and q (M2); with ``reg`` the chunk stays in
-    ``cache`` for the write, with ``none`` it is summed once, shifted by its first value, and not kept."""
+    """This block's chunk statistics for ``gn_sync``: n, mb (mean) and q (M2); with ``reg`` (registers) or ``smem``
+    (dynamic shared memory: bigger chunks, more groups resident) the chunk stays in ``cache`` for the write, with
+    ``none`` it is summed once, shifted by its first value, and not kept."""
     if cache == "none":
         return """
   __shared__ float2 red2[32];
@@ -547,31 +561,34 @@ def _gn_sync_stats(cache: str) -> str:
   }
   a = group_all<NT, NT>(a, Sum2(), red2);
   const float mb = shift + a.x / n, q = fmaxf(a.y - a.x * a.x / n, 0.f);"""
-    return """
-  P cache[NIT];
+    decl, slot = ("P cache[NIT];", "cache[i]") if cache == "reg" else (
+        "extern __shared__ __align__(16) unsigned char dsm[];\n  P* cache = reinterpret_cast<P*>(dsm);",
+        "cache[i * NT + threadIdx.x]")
+    return f"""
+  {decl}
 #pragma unroll
-  for (int i = 0; i < NIT; ++i) {
+  for (int i = 0; i < NIT; ++i) {{
     const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
-    if (e < end) cache[i] = ldp<T, VEC>(xg + e);
-  }
+    if (e < end) {slot} = ldp<T, VEC>(xg + e);
+  }}
   const float n = (float)(end - beg);
   float s = 0.f;
 #pragma unroll
-  for (int i = 0; i < NIT; ++i) {
-    if (beg + ((I)i * NT + threadIdx.x) * VEC < end) {
+  for (int i = 0; i < NIT; ++i) {{
+    if (beg + ((I)i * NT + threadIdx.x) * VEC < end) {{
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) s += to_f(cache[i].v[j]);
-    }
-  }
+      for (int j = 0; j < VEC; ++j) s += to_f({slot}.v[j]);
+    }}
+  }}
   const float mb = group_all<NT, NT>(s, Sum(), red) / n;
   float q = 0.f;
 #pragma unroll
-  for (int i = 0; i < NIT; ++i) {
-    if (beg + ((I)i * NT + threadIdx.x) * VEC < end) {
+  for (int i = 0; i < NIT; ++i) {{
+    if (beg + ((I)i * NT + threadIdx.x) * VEC < end) {{
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) { const float d = to_f(cache[i].v[j]) - mb; q += d * d; }
-    }
-  }
+      for (int j = 0; j < VEC; ++j) {{ const float d = to_f({slot}.v[j]) - mb; q += d * d; }}
+    }}
+  }}
   q = group_all<NT, NT>(q, Sum(), red);"""
 
 
