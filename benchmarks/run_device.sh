@@ -5,6 +5,8 @@
 #   ops     benchmarks/bench_ops.py    -> ops.json/.md, first_kernels.json/.md
 #   models  benchmarks/bench_models.py -> models.json/.md
 #   models-split  the same on a 2-GPU machine, half the models per GPU (A=, B= choose the halves), merged
+#   session  2-GPU kind, one call: GPU 0 runs the GPU tests (T_TESTS s) then half A of the models, GPU 1 half B;
+#            everything is packed into $OUT/results.tgz beside the merged models.md (the tool returns few files)
 #   overhead benchmarks/bench_overhead.py -> overhead.json/.md
 #   probe   benchmarks/probe_variants.py  -> probe.json (template variants timed without a search)
 # Extra arguments go to the benchmark; T=SECONDS bounds the stage (default 540) so stages can share one call. Results and logs are written under $OUT, which the device tool brings back;
@@ -35,6 +37,18 @@ case "$what" in
               bash "$0" models --models "${B:-resnet50::fp16_b1,sd35_mmdit::bf16_txt333,gemma4::eager_attn}" "$@" & p1=$!
             wait $p0 $p1
             python3 benchmarks/bench_models.py --merge "$OUT/g0" "$OUT/g1" --out "$OUT" "$@" ;;
+  session)  half=$(( $(nproc) / 2 ))
+            ( export CUDA_VISIBLE_DEVICES=0 KFORGE_CACHE_DIR=/tmp/kc0
+              OUT=$OUT/tests T=${T_TESTS:-240} taskset -c 0-$((half - 1)) bash "$0" tests | tail -3
+              OUT=$OUT/g0 taskset -c 0-$((half - 1)) \
+                bash "$0" models --models "${A:-sd35_vae::bf16_1024,qwen35_moe::eager_attn}" "$@" ) & p0=$!
+            ( export CUDA_VISIBLE_DEVICES=1 KFORGE_CACHE_DIR=/tmp/kc1
+              OUT=$OUT/g1 taskset -c $half-$((2 * half - 1)) \
+                bash "$0" models --models "${B:-resnet50::fp16_b1,sd35_mmdit::bf16_txt333,gemma4::eager_attn}" "$@" ) & p1=$!
+            wait $p0 $p1
+            python3 benchmarks/bench_models.py --merge "$OUT/g0" "$OUT/g1" --out "$OUT" "$@"
+            keep=$(mktemp -d); tar czf "$keep/results.tgz" -C "$OUT" . && cp "$OUT"/models*.md "$keep"/ 2>/dev/null
+            rm -rf "${OUT:?}"/* && mv "$keep"/* "$OUT"/ && ls "$OUT" ;;
   ops)      timeout ${T:-560} python3 benchmarks/bench_ops.py --out "$OUT" "$@" > "$OUT/ops.log" 2>&1
             grep -aE "eager .* ind " "$OUT/ops.log" | cut -c1-200 ;;
   models)   timeout ${T:-560} python3 benchmarks/bench_models.py --out "$OUT" "$@" > "$OUT/models.log" 2>&1
@@ -43,5 +57,5 @@ case "$what" in
             tail -c 6000 "$OUT/probe.log" ;;
   overhead) timeout 120 python3 benchmarks/bench_overhead.py > "$OUT/overhead.log" 2>&1; cat "$OUT/overhead.log"
             cp benchmarks/results/h200/overhead.* "$OUT"/ ;;
-  *) echo "usage: bash benchmarks/run_device.sh tests|ops|models|probe|overhead [args]"; exit 2 ;;
+  *) echo "usage: bash benchmarks/run_device.sh setup|tests|ops|models|models-split|session|probe|overhead [args]"; exit 2 ;;
 esac
