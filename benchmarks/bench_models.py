@@ -11,7 +11,6 @@ run cut short keeps what finished.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import statistics
@@ -19,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -70,20 +70,6 @@ def ratio_range(base: list[float], new: list[float]) -> list[float]:
     round, so a drift of the host's speed between rounds cancels in each ratio)."""
     ratios = [b / n for b, n in zip(base, new)]
     return [min(ratios), statistics.median(ratios), max(ratios)]
-
-
-@contextlib.contextmanager
-def patched_env(values: dict[str, str]):
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def first_call_s(fn, inputs) -> tuple[float, object]:
@@ -143,7 +129,7 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
     model, inputs = loaded.model, loaded.inputs
     opts = {"search_iterations": iterations, "search_seconds": 240, "cache_dir": cache, "check": check}
     inductor_compile, kforge_compile = compiler(opts, mode)
-    with torch.no_grad(), patched_env(kforge_env(opts) if mode else {}):
+    with torch.no_grad(), mock.patch.dict(os.environ, kforge_env(opts) if mode else {}):
         ref = model(*inputs)
         ref_sum = float(sum(t.double().sum() for t in _tensors(ref)))
         torch._dynamo.reset()

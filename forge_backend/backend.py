@@ -491,6 +491,7 @@ def _plan_and_rewrite(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: Ker
     impls = provider.kernels_for(cards, cfg)
     bytes_min = {card.key: card.bytes_min for card in cards}
     reordered = cfg.inner == "inductor" and inductor_reorders_layout(gm)
+    host_us = host_cost_us()
     replacements = []
     for c in found.candidates:
         impl = impls.get(c.signature.key())
@@ -498,7 +499,7 @@ def _plan_and_rewrite(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: Ker
             continue
         if cfg.inner == "inductor" and "inductor_us" in impl.extra and not replaces(
                 impl.extra["kforge_us"], impl.extra["inductor_us"], bytes_min[impl.key],
-                charged_bytes(c.node, reordered), cfg.margin, host_cost_us()):
+                charged_bytes(c.node, reordered), cfg.margin, host_us):
             counters["kforge"]["kept_for_fusion"] += 1  # Note [what replacing a node costs inside Inductor]
             continue
         REGISTRY.register(impl)

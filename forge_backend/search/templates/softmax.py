@@ -124,7 +124,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         nit = cdiv(cols, block * vec)
         if block > max(64, pow2_ceil(cdiv(cols, vec))):
             return False  # most threads would hold nothing
-        return {"reg": _reg_fits(nit, vec, isz, block), "smem": nit * block * vec * isz <= SMEM_LIMIT,
+        return {"reg": _reg_fits(nit, vec, isz, block), "smem": _smem_cache_bytes(cols, block, vec, isz) <= SMEM_LIMIT,
                 "none": True}.get(p.get("cache"), False)
     if s in ("cluster", "split") and not isinstance(p.get("stream", False), bool):
         return False
@@ -136,7 +136,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         if block > max(128, pow2_ceil(cdiv(chunk, vec))):
             return False
         if cache == "smem":
-            return _cluster_smem(chunk, block, vec, isz) <= SMEM_LIMIT - _CLUSTER_STATIC_SMEM
+            return _smem_cache_bytes(chunk, block, vec, isz) <= SMEM_LIMIT - _CLUSTER_STATIC_SMEM
         return cache == "none" or _reg_fits(cdiv(chunk, block * vec), vec, isz, block)
     splits = p.get("splits", 0)
     return 2 <= splits <= cols // max(vec, 1) and rows * splits <= 2**31 - 1 and isinstance(p.get("reverse"), bool)
@@ -212,13 +212,23 @@ typedef Pack<TO, VEC> PO;
 """
 
 
+# The row cache ``c`` of this thread's row (TPR threads per row, NIT packs each): registers, or this row's slice of
+# the block's dynamic shared memory (``_smem_cache_bytes`` of it per row).
+_CACHE_DECL = {"reg": "P c[NIT];", "none": "",
+               "smem": "extern __shared__ __align__(16) unsigned char dsm[];\n"
+                       "  P* c = reinterpret_cast<P*>(dsm) + (threadIdx.x / TPR) * (NIT * TPR);"}
+
+
+def _smem_cache_bytes(cols: int, threads: int, vec: int, isz: int) -> int:
+    """Shared memory that caches ``cols`` columns spread over ``threads`` threads, in whole packs per thread."""
+    return cdiv(cols, threads * vec) * threads * vec * isz
+
+
 def _rows_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     block, vec, cache = p["block"], p["vec"], p["cache"]
     tpr = p["tpr"] if p["strategy"] == "group" else block
     nit = cdiv(card.sizes["cols"], tpr * vec)
-    decl = {"reg": "P c[NIT];", "none": "",
-            "smem": "extern __shared__ __align__(16) unsigned char dsm[];\n"
-                    "  P* c = reinterpret_cast<P*>(dsm) + (threadIdx.x / TPR) * (NIT * TPR);"}[cache]
+    decl = _CACHE_DECL[cache]
     fill = row_fill(cache) if cache != "none" else ""
     src = cache if cache != "none" else "global"
     return _header(card, p, TPR=tpr, NT=block, RPB=block // tpr, NIT=nit) + f"""
@@ -233,20 +243,12 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_rows(const T* __restric
 _CLUSTER_STATIC_SMEM = 1024  # the cluster kernel's own __shared__ (reduction scratch, part, stat), rounded up
 
 
-def _cluster_smem(chunk: int, block: int, vec: int, isz: int) -> int:
-    """Dynamic shared memory of a ``cache=smem`` cluster block: its chunk, in whole packs per thread."""
-    return cdiv(chunk, block * vec) * block * vec * isz
-
-
 def _cluster_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     cols, block, vec, cs = card.sizes["cols"], p["block"], p["vec"], p["cs"]
     cache, stream = p.get("cache", "reg"), p.get("stream", False)
-    src = {"reg": "reg", "smem": "smem"}.get(cache, "global")
+    src = cache if cache != "none" else "global"
     chunk = _chunk(cols, cs, vec)
-    keep = {"reg": "P c[NIT];" + row_fill("reg"),
-            "smem": "extern __shared__ __align__(16) unsigned char dsm[];\n  P* c = reinterpret_cast<P*>(dsm);"
-                    + row_fill("smem"),
-            "none": ""}[cache]
+    keep = _CACHE_DECL[cache] + (row_fill(cache) if cache != "none" else "")  # TPR = NT: one row per block
     return _header(card, p, TPR=block, NT=block, CS=cs, CHUNK=chunk, NIT=cdiv(chunk, block * vec)) + f"""
 // One cluster of CS blocks per row; block `rank` takes columns [rank * CHUNK, (rank + 1) * CHUNK){" in registers" if cache == "reg" else ""}.
 // The cluster shape sits on a declaration: the contract's kernel pattern wants `void NAME(` on the definition.
@@ -329,11 +331,11 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     what = "log_softmax" if log else "softmax"
     if s in ("group", "block"):
         rpb = block // p["tpr"] if s == "group" else 1
-        smem = cdiv(cols, block * vec) * block * vec * isz if p["cache"] == "smem" else 0
+        smem = _smem_cache_bytes(cols, block, vec, isz) if p["cache"] == "smem" else 0
         launches = [launch("softmax_rows", f"cdiv(rows, {rpb})", block, ["in:self", "out:0", "i64:rows"], smem)]
         src, scratch = _rows_source(card, p, log), None
     elif s == "cluster":
-        smem = _cluster_smem(_chunk(cols, p["cs"], vec), block, vec, isz) if p.get("cache") == "smem" else 0
+        smem = _smem_cache_bytes(_chunk(cols, p["cs"], vec), block, vec, isz) if p.get("cache") == "smem" else 0
         launches = [launch("softmax_cluster", f"rows * {p['cs']}", block, ["in:self", "out:0"], smem)]
         src, scratch = _cluster_source(card, p, log), None
     else:
