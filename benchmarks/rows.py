@@ -45,6 +45,14 @@ class Row:
             return (lambda t, w: F.rms_norm(t, (n,), w)), (x, w)
         if self.op == "silu_mul":
             return (lambda t: F.silu(t) * t), (x,)
+        if self.op == "attn_softmax":  # Gemma 4's eager attention: scale, causal mask, fp32 softmax, cast back
+            s = self.shape[-1]
+            causal = torch.ones(s, s, device=device, dtype=torch.bool).triu(1)
+            mask = torch.zeros((1, 1, s, s), device=device, dtype=self.dtype).masked_fill(
+                causal, torch.finfo(self.dtype).min)
+            return (lambda t, m: torch.softmax(t * 1.0 + m, -1, dtype=torch.float32).to(t.dtype)), (x, mask)
+        if self.op == "softcap_softmax":  # Gemma 4's sampling softmax over soft-capped logits
+            return (lambda t: torch.softmax(torch.tanh(t / 30.0) * 30.0, -1, dtype=torch.float32)), (x,)
         raise ValueError(f"unknown op {self.op}")
 
 
@@ -65,6 +73,9 @@ def _rows() -> list[Row]:
     for s in ((4096, 2048), (16384, 4096)):
         for op in ("layer_norm", "rms_norm", "silu_mul"):
             rows.append(Row(op, s, torch.bfloat16, "LLM"))
+    # a softmax with its neighbours (kforge.softmax, Note [a softmax takes its neighbours])
+    rows.append(Row("attn_softmax", (1, 8, 2048, 2048), torch.bfloat16, "Gemma4-E2B attn, fused"))
+    rows.append(Row("softcap_softmax", (64, 262144), torch.bfloat16, "Gemma4-E2B sampling, fused"))
     return rows
 
 

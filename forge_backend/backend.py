@@ -25,6 +25,7 @@ from .capture import scan
 from .cards import OperatorCard
 from .config import KforgeConfig
 from .errors import BadOption
+from .expression import SOFTMAX_OP
 from .inductor_gate import charged_bytes, host_cost_us, inductor_reorders_layout, replaces
 from .node_decompose import NotDecomposable, decompose_nodes
 from .registry import REGISTRY, KernelImpl
@@ -48,7 +49,7 @@ class CompileReport:
     candidates: int = 0
     signatures: int = 0
     replaced: list[tuple[str, str, float | None]] = field(default_factory=list)  # (op, key, speedup)
-    groups: int = 0  # pointwise groups among the candidates (fuse_pointwise); replaced as op "kforge.pointwise"
+    groups: int = 0  # groups among the candidates: "kforge.pointwise" (fuse_pointwise), "kforge.softmax" (fuse_softmax)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     fallback: str | None = None
     seconds: float = 0.0
@@ -414,7 +415,9 @@ def _decompose_leftovers(gm: torch.fx.GraphModule, keep: set, report: CompileRep
     from torch._inductor.decomposition import select_decomp_table
 
     left = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in keep]
-    replaced = {op for op, _, _ in report.replaced}
+    # a replaced softmax group counts as a replaced softmax: its leftovers are decomposed in place, so the retry
+    # that decomposes every softmax (and with them every group) is not needed
+    replaced = {"aten._softmax.default" if op == SOFTMAX_OP else op for op, _, _ in report.replaced}
     whole = {n.target for n in left if str(n.target) not in replaced}
     if whole:
         raise _Leftovers(whole)
@@ -445,7 +448,7 @@ def _rewrite_or_keep(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: Kern
         report.replaced.clear()
         log.warning("kforge: rewrite failed (%s: %s); this graph runs without kforge kernels", type(e).__name__, e)
     report.seconds = time.perf_counter() - t0
-    log.info("kforge: %d ATen ops, %d candidates (%d signatures, %d pointwise groups), %d replaced in %.2fs",
+    log.info("kforge: %d ATen ops, %d candidates (%d signatures, %d fused groups), %d replaced in %.2fs",
              report.ops_seen, report.candidates, report.signatures, report.groups, len(report.replaced), report.seconds)
     _emit(report, on_report)
     return gm
@@ -480,7 +483,8 @@ def _plan_and_rewrite(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: Ker
                       report: CompileReport) -> None:
     if cfg.fuse_pointwise and cfg.inner != "eager":
         log.info("kforge: fuse_pointwise applies with inner='eager' only; Inductor fuses pointwise ops itself")
-    found = scan(gm, cfg.families, cfg.inner, fuse=cfg.fuse_pointwise and cfg.inner == "eager")
+    found = scan(gm, cfg.families, cfg.inner, fuse=cfg.fuse_pointwise and cfg.inner == "eager",
+                 fuse_softmax=cfg.fuse_softmax)
     report.ops_seen, report.candidates, report.skipped = found.ops_seen, len(found.candidates), found.skipped
     report.groups = sum(1 for c in found.candidates if c.group is not None)
     if not found.candidates:
@@ -492,19 +496,23 @@ def _plan_and_rewrite(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: Ker
     bytes_min = {card.key: card.bytes_min for card in cards}
     reordered = cfg.inner == "inductor" and inductor_reorders_layout(gm)
     host_us = host_cost_us()
-    replacements = []
-    for c in found.candidates:
+    replacements, taken = [], set()
+    # softmax groups, then pointwise groups, then single nodes: a replaced group takes its members (scan's docstring)
+    for c in sorted(found.candidates, key=lambda c: 2 if c.group is None else 0 if c.group.op == SOFTMAX_OP else 1):
         impl = impls.get(c.signature.key())
-        if impl is None:
+        if impl is None or c.node in taken or (c.group is not None and taken.intersection(c.group.members)):
             continue
         if cfg.inner == "inductor" and "inductor_us" in impl.extra and not replaces(
                 impl.extra["kforge_us"], impl.extra["inductor_us"], bytes_min[impl.key],
-                charged_bytes(c.node, reordered), cfg.margin, host_us):
+                charged_bytes(c.node, reordered, c.group), cfg.margin, host_us):
             counters["kforge"]["kept_for_fusion"] += 1  # Note [what replacing a node costs inside Inductor]
             continue
         REGISTRY.register(impl)
         replacements.append(Replacement(c.node, c.signature, impl, c.group))
         report.replaced.append((c.signature.op, impl.key, impl.speedup))
+        taken.update(c.group.members if c.group is not None else ())
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    replacements.sort(key=lambda r: order[r.node])  # graph order, as before groups went first
     apply(gm, replacements, direct=cfg.inner == "eager")
     counters["kforge"]["replaced_nodes"] += len(replacements)
     counters["kforge"]["fused_groups"] += sum(1 for r in replacements if r.group is not None)

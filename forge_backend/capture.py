@@ -2,7 +2,8 @@
 
 Graph capture itself (Dynamo graph -> AOTAutograd inference graph) happens in backend.py; this module only reads
 an ATen ``GraphModule`` and never changes it. With ``fuse=True`` each pointwise group (fusion.py) is one candidate
-with a ``kforge.pointwise`` signature, and its member nodes are not candidates on their own.
+with a ``kforge.pointwise`` signature, and its member nodes are not candidates on their own. With
+``fuse_softmax=True`` each softmax with a pointwise prologue (softmax_fusion.py) is one ``kforge.softmax`` candidate.
 """
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ import torch.fx
 
 from .cards import OperatorCard, cards_for_graph
 from .errors import UnsupportedNode
+from .expression import FUSED_OP
 from .fusion import Group, find_groups, group_signature
 from .rewrite import is_getitem
 from .selection import is_candidate
 from .signature import OpSignature, signature_of
+from .softmax_fusion import find_softmax_groups
 
 log = logging.getLogger("kforge")
 
@@ -40,20 +43,28 @@ class GraphScan:
 
 
 def scan(gm: torch.fx.GraphModule, families: tuple[str, ...] = (), inner: str = "eager",
-         fuse: bool = False) -> GraphScan:
-    """Find candidate nodes (and, with ``fuse``, pointwise groups) and describe each. Nodes that cannot be described
-    are skipped with a reason."""
+         fuse: bool = False, fuse_softmax: bool = False) -> GraphScan:
+    """Find candidate nodes (with ``fuse``, pointwise groups; with ``fuse_softmax``, softmaxes with their pointwise
+    neighbours) and describe each. Nodes that cannot be described are skipped with a reason. A softmax group may
+    overlap a pointwise group and its own nodes stay candidates (Note [a softmax takes its neighbours]): the
+    rewrite takes softmax groups first, then pointwise groups, then single nodes, each only if none of its nodes
+    was taken."""
     candidates: list[CandidateNode] = []
     skipped: list[tuple[str, str]] = []
     ops_seen = 0
-    groups = {g.output: g for g in find_groups(gm.graph)} if fuse else {}
-    members = {m for g in groups.values() for m in g.members}
+    groups: dict[torch.fx.Node, list[Group]] = {}
+    for g in find_groups(gm.graph) if fuse else []:
+        groups.setdefault(g.output, []).append(g)
+    if fuse_softmax and is_candidate("aten._softmax.default", families, inner):
+        for g in find_softmax_groups(gm.graph):
+            groups.setdefault(g.output, []).append(g)
+    members = {m for gs in groups.values() for g in gs if g.op == FUSED_OP for m in g.members}
     for node in gm.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         ops_seen += 1
-        if node in groups:
-            candidates.append(CandidateNode(node, group_signature(groups[node]), groups[node]))
+        for g in groups.get(node, ()):
+            candidates.append(CandidateNode(node, group_signature(g), g))
         if node in members or not is_candidate(str(node.target), families, inner):
             continue
         try:

@@ -20,6 +20,9 @@ cache_dir          KFORGE_CACHE_DIR          ``~/.cache/kforge`` (``$XDG_CACHE_H
 margin             KFORGE_MARGIN             ``0.03``: a kernel must beat eager by this fraction
 fuse_pointwise     KFORGE_FUSE_POINTWISE     ``False``: replace each connected group of pointwise ops with
                                              one fused kernel (``inner="eager"`` only; see fusion.py)
+fuse_softmax       KFORGE_FUSE_SOFTMAX       ``True``: a softmax takes the pointwise ops that make its input (scale,
+                                             mask, casts) and the cast of its output into one kernel
+                                             (Note [a softmax takes its neighbours] in softmax_fusion.py)
 check              KFORGE_CHECK              ``False``: compare every kernel call with PyTorch's op on the same
                                              inputs and log disagreements (slow; see check.py)
 min_share          KFORGE_MIN_SHARE          ``0.0``: skip signatures under this share of GPU time
@@ -79,6 +82,7 @@ class KforgeConfig:
     cache_dir: Path = field(default_factory=default_cache_dir)
     margin: float = 0.03
     fuse_pointwise: bool = False  # off until measured on a GPU (Note [pointwise groups] in fusion.py)
+    fuse_softmax: bool = True  # Note [a softmax takes its neighbours] in softmax_fusion.py
     check: bool = False
     min_share: float = 0.0
     llm_model: str = ""

@@ -26,6 +26,8 @@ from typing import Any, Sequence, Union
 import torch
 
 FUSED_OP = "kforge.pointwise"  # the op string of a fused group's signature; not an ATen overload
+# softmax over the last dim of an expression, cast to the output's dtype (softmax_fusion.py); not an ATen overload
+SOFTMAX_OP = "kforge.softmax"
 CAST_DTYPES = ("float32", "float16", "bfloat16")
 
 

@@ -44,6 +44,7 @@ class Group:
     members: tuple[torch.fx.Node, ...]  # in graph order; the output last
     inputs: tuple[torch.fx.Node, ...]  # external tensor inputs, x0..xk
     expr: str
+    op: str = FUSED_OP  # or SOFTMAX_OP: a softmax with its prologue (``expr``) and cast (softmax_fusion.py)
 
 
 @dataclass(frozen=True)
@@ -67,9 +68,14 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def node_call(node: torch.fx.Node) -> _NodeCall | None:
-    """How a node reads as an expression op, or None when it is not fusable."""
-    if node.op != "call_function" or str(node.target) not in FUSABLE_ATEN:
+# Inductor's trace spells a cast as prims.convert_element_type(a, dtype); eager's ATen graph as _to_copy
+_CONVERT = "prims.convert_element_type.default"
+
+
+def node_call(node: torch.fx.Node, broadcast: bool = False) -> _NodeCall | None:
+    """How a node reads as an expression op, or None when it is not fusable. With ``broadcast`` a tensor operand
+    may be smaller than the result, as long as it broadcasts to it (a [1, 1, S, S] attention mask)."""
+    if node.op != "call_function" or (str(node.target) not in FUSABLE_ATEN and str(node.target) != _CONVERT):
         return None
     val = node.meta.get("val")
     if not _dense_float(val):
@@ -78,10 +84,12 @@ def node_call(node: torch.fx.Node) -> _NodeCall | None:
     op = _pick_op(str(node.target), args, val)
     if op is None:
         return None
-    operands = (args["self"],) + ((args["other"],) if op.arity == 2 else ())
+    first = args["a"] if str(node.target) == _CONVERT else args["self"]
+    operands = (first,) + ((args["other"],) if op.arity == 2 else ())
     for i, a in enumerate(operands):
         tensor = isinstance(a, torch.fx.Node)
-        if tensor and not _dense_float(a.meta.get("val"), tuple(val.shape)):
+        if tensor and not (_dense_float(a.meta.get("val"), tuple(val.shape)) or
+                           (broadcast and _dense_float(a.meta.get("val")) and _broadcasts(a.meta["val"], val))):
             return None
         if tensor and a.meta["val"].device != val.device:
             return None
@@ -93,7 +101,16 @@ def node_call(node: torch.fx.Node) -> _NodeCall | None:
     return _NodeCall(op, operands, None if alpha == 1 else alpha)
 
 
+def _broadcasts(small: torch.Tensor, full: torch.Tensor) -> bool:
+    """``small`` broadcasts to ``full``'s shape (dims of 1 or equal, aligned from the right)."""
+    if small.dim() > full.dim():
+        return False
+    return all(s in (1, f) for s, f in zip(reversed(small.shape), reversed(full.shape)))
+
+
 def _pick_op(target: str, args: dict[str, Any], val: torch.Tensor) -> PointwiseOp | None:
+    if target == _CONVERT:
+        return OPS[f"to_{dtype_name(val.dtype)}"]
     if target == "aten.gelu.default":
         return OPS.get({"none": "gelu", "tanh": "gelu_tanh"}.get(args.get("approximate", "none"), ""))
     if target == "aten._to_copy.default":
@@ -106,10 +123,10 @@ def _pick_op(target: str, args: dict[str, Any], val: torch.Tensor) -> PointwiseO
     return _ATEN_NAME.get(target)
 
 
-def describe(output: torch.fx.Node, members: tuple[torch.fx.Node, ...]
+def describe(output: torch.fx.Node, members: tuple[torch.fx.Node, ...], broadcast: bool = False
              ) -> tuple[Call, list[torch.fx.Node], dict[torch.fx.Node, Expr]]:
     """The group's expression, its external inputs in order of first use, and each member's subexpression.
-    Raises ValueError when a member is no longer fusable."""
+    Raises ValueError when a member is no longer fusable. ``broadcast``: as in ``node_call``."""
     inside = set(members)
     inputs: list[torch.fx.Node] = []
     built: dict[torch.fx.Node, Expr] = {}
@@ -117,7 +134,7 @@ def describe(output: torch.fx.Node, members: tuple[torch.fx.Node, ...]
     def build(n: torch.fx.Node) -> Expr:
         if n in built:
             return built[n]
-        call = node_call(n)
+        call = node_call(n, broadcast)
         if call is None:
             raise ValueError(f"node {n.name} ({n.target}) is not fusable")
         args: list[Expr] = []
@@ -164,8 +181,16 @@ def _make_group(output: torch.fx.Node, members: tuple[torch.fx.Node, ...]) -> Gr
         log.info("kforge: pointwise group at %s has %d nodes (> %d); left unfused", output.name, len(members),
                  MAX_MEMBERS)
         return None
+    described = expression_of(output, members)
+    return None if described is None else Group(output, members, tuple(described[1]), described[0])
+
+
+def expression_of(output: torch.fx.Node, members: tuple[torch.fx.Node, ...], broadcast: bool = False
+                  ) -> tuple[str, list[torch.fx.Node]] | None:
+    """The printed expression of ``members`` (whose result is ``output``) and its external inputs, or None (logged)
+    when it cannot be described or its type promotion is not what eager did."""
     try:
-        root, inputs, built = describe(output, members)
+        root, inputs, built = describe(output, members, broadcast)
         text = to_text(root)
     except ValueError as e:
         log.info("kforge: pointwise group at %s left unfused: %s", output.name, e)
@@ -178,13 +203,14 @@ def _make_group(output: torch.fx.Node, members: tuple[torch.fx.Node, ...]) -> Gr
             log.info("kforge: pointwise group at %s left unfused: %s is %s in the graph, %s by promotion",
                      output.name, n.name, n.meta["val"].dtype, memo[e])
             return None
-    return Group(output, members, tuple(inputs), text)
+    return text, inputs
 
 
 def group_signature(group: Group, arch: str | None = None) -> OpSignature:
-    """The synthetic signature of a group: op ``kforge.pointwise``, tensors x0..xk, and the expression as a value."""
+    """The synthetic signature of a group: op ``kforge.pointwise`` (or ``kforge.softmax``), tensors x0..xk, and the
+    expression as a value."""
     vals = [n.meta["val"] for n in group.inputs]
     out = group.output.meta["val"]
     args = tuple(ArgSpec(f"x{i}", TensorSpec.of(v)) for i, v in enumerate(vals))
-    return OpSignature(FUSED_OP, args + (ArgSpec("expr", value=group.expr),), (TensorSpec.of(out),), (0,),
+    return OpSignature(group.op, args + (ArgSpec("expr", value=group.expr),), (TensorSpec.of(out),), (0,),
                        arch or arch_of(out.device))

@@ -25,6 +25,8 @@ with every one of them charged for its fused SiLU and left to Inductor, 35.2 aga
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.fx
 
@@ -64,12 +66,12 @@ def _has_pointwise_user(node: torch.fx.Node, depth: int = 4) -> bool:
     return False
 
 
-def fused_traffic_bytes(node: torch.fx.Node) -> int:
+def fused_traffic_bytes(node: torch.fx.Node, group: Any = None) -> int:
     """Bytes that become real memory traffic when ``node`` is an extern call instead of Inductor's fused code: 2x
     each input made by a pointwise op and each output read by one (a multi-output node's outputs are its
-    ``getitem`` users)."""
+    ``getitem`` users). For a fused group (``node`` its output), the group's inputs are the inputs."""
     total = 0
-    for arg in node.all_input_nodes:
+    for arg in group.inputs if group is not None else node.all_input_nodes:
         if _is_pointwise(_producer(arg)):
             total += 2 * _nbytes(arg)
     getitems = [u for u in node.users if is_getitem(u)]
@@ -89,12 +91,12 @@ def inductor_reorders_layout(gm: torch.fx.GraphModule) -> bool:
         return False
 
 
-def charged_bytes(node: torch.fx.Node, layout_reordered: bool) -> int:
+def charged_bytes(node: torch.fx.Node, layout_reordered: bool, group: Any = None) -> int:
     """``fused_traffic_bytes``, except for 4-D nodes of a graph Inductor runs channels-last (see the Note)."""
     val = node.all_input_nodes[0].meta.get("val") if node.all_input_nodes else None
-    if layout_reordered and isinstance(val, torch.Tensor) and val.dim() == 4:
+    if layout_reordered and isinstance(val, torch.Tensor) and val.dim() == 4 and group is None:
         return 0
-    return fused_traffic_bytes(node)
+    return fused_traffic_bytes(node, group)
 
 
 def host_cost_us() -> float:

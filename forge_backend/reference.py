@@ -1,13 +1,14 @@
 """Call the original ATen op for a signature: the reference for the verifier, the eager baseline for the timer,
 and the fallback when a call-time precondition fails. A fused ``kforge.pointwise`` signature runs its expression's
-ATen ops, in eager's order and dtypes (expression.evaluate)."""
+ATen ops, in eager's order and dtypes (expression.evaluate); a ``kforge.softmax`` signature runs its expression, then
+``_softmax`` over the last dim, then the cast to its output's dtype (softmax_fusion.py)."""
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 import torch
 
-from .expression import FUSED_OP, evaluate
+from .expression import FUSED_OP, SOFTMAX_OP, evaluate
 from .signature import OpSignature
 
 
@@ -35,6 +36,11 @@ def call_aten(sig: OpSignature, inputs: Sequence[torch.Tensor], **overrides: Any
     ``overrides`` replace scalar arguments by name (the verifier uses it to drop ``half_to_float`` for fp64)."""
     if sig.op == FUSED_OP:
         return [evaluate(str(sig.scalar_args()["expr"]), inputs)]
+    if sig.op == SOFTMAX_OP:
+        x = evaluate(str(sig.scalar_args()["expr"]), inputs)
+        out = torch.ops.aten._softmax.default(x, -1, False)
+        dtype = getattr(torch, sig.outputs[0].dtype)
+        return [out if out.dtype == dtype or inputs[0].dtype == torch.float64 else out.to(dtype)]
     fn = aten_overload(sig.op)
     it = iter(inputs)
     positional, kwargs = [], {}

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .expression import FUSED_OP, OPS, distinct_calls, parse
+from .expression import FUSED_OP, OPS, SOFTMAX_OP, distinct_calls, parse
 from .signature import OpSignature
 
 _POINTWISE_FLOPS = {
@@ -58,9 +58,10 @@ def flops(sig: OpSignature) -> int:
         return x.numel + sig.outputs[0].numel
     if sig.op in _POINTWISE_FLOPS:
         return _POINTWISE_FLOPS[sig.op] * sig.outputs[0].numel
-    if sig.op == FUSED_OP:
+    if sig.op in (FUSED_OP, SOFTMAX_OP):
         calls = distinct_calls(parse(sig.scalar_args()["expr"]))
-        return sum(_POINTWISE_FLOPS[OPS[c.op].aten] for c in calls) * sig.outputs[0].numel
+        per = sum(_POINTWISE_FLOPS[OPS[c.op].aten] for c in calls) + (5 if sig.op == SOFTMAX_OP else 0)
+        return per * sig.outputs[0].numel
     return 0
 
 
@@ -78,6 +79,10 @@ def derived_sizes(sig: OpSignature) -> dict[str, int]:
         out["cols"] = x.shape[d] if x.shape else 1
         out["inner"] = math.prod(x.shape[d + 1:])
         out["rows"] = x.numel // max(out["cols"], 1)
+    elif sig.op == SOFTMAX_OP:  # over the last dim of the output's shape; the inputs may broadcast
+        out["cols"] = sig.outputs[0].shape[-1]
+        out["inner"] = 1
+        out["rows"] = sig.outputs[0].numel // max(out["cols"], 1)
     elif sig.op in ("aten.native_layer_norm.default", "aten._fused_rms_norm.default"):
         out["cols"] = math.prod(s["normalized_shape"])
         out["rows"] = x.numel // max(out["cols"], 1)
@@ -98,7 +103,7 @@ def derived_sizes(sig: OpSignature) -> dict[str, int]:
         out["HxW"] = out.get("H", 1) * out.get("W", 1)
         if len(sig.outputs[0].shape) == 4:
             out["OH"], out["OW"] = sig.outputs[0].shape[2], sig.outputs[0].shape[3]
-    out["numel"] = x.numel
+    out["numel"] = sig.outputs[0].numel if sig.op == SOFTMAX_OP else x.numel
     return out
 
 

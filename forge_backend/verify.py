@@ -33,7 +33,7 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 }
 DISTRIBUTIONS = ("normal", "large", "negative", "uniform", "masked")
 _MASKABLE = {"aten._softmax.default", "aten._log_softmax.default", "aten._safe_softmax.default",
-             "aten.amax.default", "aten.max_pool2d_with_indices.default"}
+             "aten.amax.default", "aten.max_pool2d_with_indices.default", "kforge.softmax"}
 _POSITIVE_INPUTS = {"running_var"}
 
 

@@ -117,3 +117,16 @@ def fused(expr: str, inputs: Sequence[tuple[Sequence[int], str]]) -> OperatorCar
     out = evaluate(parse(expr), xs)
     args = tuple(ArgSpec(f"x{i}", TensorSpec.of(x)) for i, x in enumerate(xs)) + (ArgSpec("expr", value=expr),)
     return build_card(OpSignature(FUSED_OP, args, (TensorSpec.of(out),), (0,), "sm_90"))
+
+
+def softmax_fused(expr: str, inputs: Sequence[tuple[Sequence[int], str]], out_dtype: str | None = None
+                  ) -> OperatorCard:
+    """A ``kforge.softmax`` card (softmax_fusion.py): softmax over the last dim of the expression, cast to
+    ``out_dtype`` (default: the expression's dtype). Inputs may broadcast, as an attention mask does."""
+    from forge_backend.expression import SOFTMAX_OP, evaluate, parse
+
+    xs = [meta(shape, dtype) for shape, dtype in inputs]
+    v = evaluate(parse(expr), xs)
+    out = torch.empty(v.shape, dtype=DTYPES[out_dtype] if out_dtype else v.dtype, device="meta")
+    args = tuple(ArgSpec(f"x{i}", TensorSpec.of(x)) for i, x in enumerate(xs)) + (ArgSpec("expr", value=expr),)
+    return build_card(OpSignature(SOFTMAX_OP, args, (TensorSpec.of(out),), (0,), "sm_90"))

@@ -73,6 +73,17 @@ CARDS = {
     "add_int_scalar": (lambda: tc.binary("aten.add.Tensor", (4, 4), other=3), "elementwise"),
     "to_bf16": (lambda: tc.to_copy((4096, 2047), "float32", "bfloat16"), "elementwise"),
     "to_f32_cl": (lambda: tc.to_copy((2, 3, 4, 5), "float16", "float32", channels_last=True), "elementwise"),
+    # softmax with its prologue and cast (softmax_fusion.py): Gemma 4's attention (mask broadcast over heads) and
+    # sampling (soft-capping), at the model's sizes and odd ones
+    "softmax_fused_attn_bf16": (lambda: tc.softmax_fused(
+        "to_float32(add(mul(x0,1.0),x1))", [((1, 8, 2048, 2048), "bfloat16"), ((1, 1, 2048, 2048), "bfloat16")],
+        "bfloat16"), "softmax"),
+    "softmax_fused_softcap": (lambda: tc.softmax_fused(
+        "to_float32(mul(tanh(div(x0,30.0)),30.0))", [((1, 64, 262144), "bfloat16")]), "softmax"),
+    "softmax_fused_odd": (lambda: tc.softmax_fused(
+        "add(mul(x0,0.125),x1)", [((3, 5, 7, 1000), "float32"), ((5, 1, 1000), "float32")], "float16"), "softmax"),
+    "softmax_fused_long_rows": (lambda: tc.softmax_fused(
+        "to_float32(x0)", [((3, 700001), "float16")]), "softmax"),
     # fused pointwise groups (fusion.py)
     "fused_silu_mul_bf16": (lambda: tc.fused("mul(silu(x0),x0)", [((16384, 4096), "bfloat16")]), "fused"),
     "fused_gelu_add_odd": (lambda: tc.fused("add(gelu(x0),x1)", [((1001, 7), "float32")] * 2), "fused"),
@@ -96,6 +107,7 @@ UNMATCHED = {
     "adaptive_pool_2x2": lambda: tc.card_for("aten._adaptive_avg_pool2d.default", {
         "self": tc.meta((2, 8, 7, 7)), "output_size": [2, 2]}),
     "fused_broadcast": lambda: tc.fused("add(x0,x1)", [((4, 8), "float32"), ((8,), "float32")]),
+    "softmax_fused_broadcast_columns": lambda: tc.softmax_fused("add(x0,x1)", [((4, 8), "float32"), ((4, 1), "float32")]),
     "fused_wrong_output_dtype": lambda: _fused_with(out_dtype="float16"),
     "fused_channels_last": lambda: _fused_with(channels_last=True),
 }

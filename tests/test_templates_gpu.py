@@ -35,6 +35,10 @@ ANCHOR_CARDS = (
     + [tc.layer_norm(s, (s[-1],), "bfloat16", used=(0,)) for s in ((4096, 2048), (16384, 4096))]
     + [tc.rms_norm(s, (s[-1],), "bfloat16", used=(0,)) for s in ((4096, 2048), (16384, 4096))]
     + [tc.adaptive_pool((32, 2048, 7, 7), "float16")]
+    # Gemma 4's attention softmax with its scale, mask and casts, and its soft-capped sampling softmax
+    + [tc.softmax_fused("to_float32(add(mul(x0,1.0),x1))",
+                        [((1, 8, 2048, 2048), "bfloat16"), ((1, 1, 2048, 2048), "bfloat16")], "bfloat16"),
+       tc.softmax_fused("to_float32(mul(tanh(div(x0,30.0)),30.0))", [((1, 64, 262144), "bfloat16")])]
 )
 
 
@@ -54,6 +58,9 @@ ODD_CARDS = [
     tc.adaptive_pool((5, 24, 9, 9), "bfloat16", channels_last=True),
     tc.unary("aten.gelu.default", (1001, 7), "bfloat16"), tc.unary("aten.silu.default", (3, 5, 77), "float32"),
     tc.binary("aten.mul.Tensor", (999, 13), "bfloat16"),
+    tc.softmax_fused("add(mul(x0,0.125),x1)", [((3, 5, 7, 1000), "float32"), ((5, 1, 1000), "float32")], "float16"),
+    tc.softmax_fused("to_float32(add(x0,x1))", [((2, 3, 4104), "bfloat16"), ((3, 4104), "bfloat16")], "bfloat16"),
+    tc.softmax_fused("to_float32(x0)", [((3, 70001), "float16")]),
 ]
 
 

@@ -280,14 +280,14 @@ ROW_SETUP = """
   const int cbeg = 0, cend = COLS;"""
 
 
-def row_fill(src: str) -> str:
-    """Load this thread's packs of [cbeg, cend) into the row cache ``c``."""
+def row_fill(src: str, load: str = "ldp") -> str:
+    """Load this thread's packs of [cbeg, cend) into the row cache ``c`` (read with ``load``)."""
     slot = "c[i]" if src == "reg" else "c[i * TPR + lane]"
     return f"""
 #pragma unroll
   for (int i = 0; i < NIT; ++i) {{
     const int col = cbeg + (i * TPR + lane) * VEC;
-    if (ok && col < cend) {slot} = ldp<T, VEC>(xr + col);
+    if (ok && col < cend) {slot} = {load}<T, VEC>(xr + col);
   }}"""
 
 

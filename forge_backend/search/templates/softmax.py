@@ -20,6 +20,11 @@ Strategies (``params["strategy"]``):
 (ld/st.global.cs), so the output does not evict input that is still to be re-read from L2.
 
 Statistics are fp32 and reduced in a fixed order (bit-identical repeats). See Note [safe exp] in common.py for -inf.
+
+The same kernels serve ``kforge.softmax`` (softmax_fusion.py: a softmax with its pointwise prologue and output cast):
+the input pointer becomes the inputs x0..xk, each at its own row offset (an input may broadcast over the leading
+dims), and every read of a pack evaluates the prologue's expression (fused.py's code, same rounding) into a pack of
+T, the dtype the softmax itself sees. Rows, caches and strategies are unchanged.
 """
 from __future__ import annotations
 
@@ -27,15 +32,51 @@ from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
+from ...expression import SOFTMAX_OP, n_inputs, parse, result_dtype
 from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMEM_LIMIT, SMS,
                      align_of, best_vec, cdiv, clamp, consts, filter_actions, knob, launch, main_input,
                      make_candidate, output_spec, pow2_ceil, row_fill, row_loop, scale_knob, typedefs, vec_ok)
+from .fused import _functions, _value_lines
 
 OPS = ("aten._softmax.default", "aten._log_softmax.default")
 STRATEGIES = ("group", "block", "cluster", "split")
 
 
+def _fused_matches(card: OperatorCard) -> bool:
+    """A ``kforge.softmax`` card the kernels can index: dense inputs x0..xk whose last dim is the output's at
+    stride 1, broadcasting over the leading dims; a contiguous float output."""
+    try:
+        root = parse(str(card.scalars.get("expr", "")))
+    except ValueError:
+        return False
+    y = output_spec(card, 0)
+    if y is None or y.dtype not in FLOAT_DTYPES or not y.is_contiguous() or y.numel == 0 or not y.shape:
+        return False
+    if [t.name for t in card.inputs] != [f"x{i}" for i in range(n_inputs(root))]:
+        return False
+    for t in card.inputs:
+        x = t.spec
+        if x.dtype not in FLOAT_DTYPES or not x.shape or len(x.shape) > len(y.shape) or x.shape[-1] != y.shape[-1]:
+            return False
+        if x.stride[-1] != 1 or any(a not in (1, b) for a, b in zip(reversed(x.shape), reversed(y.shape))):
+            return False
+    return result_dtype(root, [t.spec.dtype for t in card.inputs]) in FLOAT_DTYPES
+
+
+def _fused(card: OperatorCard) -> bool:
+    return card.op == SOFTMAX_OP
+
+
+def _in_dtype(card: OperatorCard) -> str:
+    """The dtype the softmax reads: its input's, or the prologue expression's result."""
+    if _fused(card):
+        return result_dtype(parse(str(card.scalars["expr"])), [t.spec.dtype for t in card.inputs])
+    return main_input(card).dtype
+
+
 def matches(card: OperatorCard) -> bool:
+    if _fused(card):
+        return bool(card.inputs) and _fused_matches(card)
     if card.op not in OPS or not card.inputs:
         return False
     x, y = main_input(card), output_spec(card, 0)
@@ -48,12 +89,44 @@ def matches(card: OperatorCard) -> bool:
 
 
 def _dims(card: OperatorCard) -> tuple[int, int, int]:
-    x = main_input(card)
-    return card.sizes["rows"], card.sizes["cols"], ITEMSIZE[x.dtype]
+    return card.sizes["rows"], card.sizes["cols"], ITEMSIZE[_in_dtype(card)]
 
 
 def _specs(card: OperatorCard) -> list:
+    if _fused(card):
+        return [t.spec for t in card.inputs] + [output_spec(card, 0)]
     return [main_input(card), output_spec(card, 0)]
+
+
+def _row_strides(card: OperatorCard, index: int) -> list[tuple[int, int, int]]:
+    """(divisor, size, stride) per leading dim that moves input ``index``: the row's index in that dim is
+    ``row / divisor % size``, and it moves the input by ``stride`` elements (0-stride broadcast dims left out)."""
+    y, x = output_spec(card, 0), card.inputs[index].spec
+    lead = len(y.shape) - 1
+    pad = len(y.shape) - len(x.shape)
+    out, divisor = [], 1
+    for d in range(lead - 1, -1, -1):
+        size = y.shape[d]
+        own = x.shape[d - pad] if d >= pad else 1
+        if size > 1 and own > 1:
+            out.append((divisor, size, x.stride[d - pad]))
+        divisor *= size
+    return out
+
+
+def _vec_ok(card: OperatorCard, vec: int) -> bool:
+    """``vec_ok``, and for a fused card every input's row offset a multiple of ``vec``."""
+    if not vec_ok(vec, card.sizes["cols"], _specs(card)):
+        return False
+    return not _fused(card) or all(st % vec == 0 for i in range(len(card.inputs))
+                                   for _, _, st in _row_strides(card, i))
+
+
+def _best_vec(card: OperatorCard) -> int:
+    vec = best_vec(card.sizes["cols"], _specs(card))
+    while vec > 1 and not _vec_ok(card, vec):
+        vec //= 2
+    return vec
 
 
 def _chunk(cols: int, parts: int, vec: int) -> int:
@@ -68,7 +141,7 @@ def _reg_fits(nit: int, vec: int, isz: int, block: int) -> bool:
 def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
     """A sensible starting point for one strategy (may be invalid for the card; callers filter)."""
     rows, cols, isz = _dims(card)
-    vec = best_vec(cols, _specs(card))
+    vec = _best_vec(card)
     if strategy == "group":
         tpr = clamp(pow2_ceil(cdiv(cols, vec * 4)), 1, 32)
         p = {"strategy": "group", "vec": vec, "tpr": tpr, "block": 128, "cache": "reg"}
@@ -113,7 +186,7 @@ def seeds(card: OperatorCard) -> list[dict[str, Any]]:
 def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     rows, cols, isz = _dims(card)
     s, vec, block = p.get("strategy"), p.get("vec", 0), p.get("block", 0)
-    if s not in STRATEGIES or not vec_ok(vec, cols, _specs(card)) or block % 32 or not 32 <= block <= 1024:
+    if s not in STRATEGIES or not _vec_ok(card, vec) or block % 32 or not 32 <= block <= 1024:
         return False
     if s == "group":
         tpr = p.get("tpr", 0)
@@ -180,36 +253,103 @@ _ONLINE = """float pm = -CUDART_INF_F;
  ms = make_float2(mn, t);"""
 
 
-def _stats(src: str, online: bool) -> str:
+def _stats(src: str, online: bool, ld: str = "ldp") -> str:
     """Statistics of this group's values: float m (max), s (sum of exp(x - m))."""
     if online:
         return f"""
-  float2 ms = make_float2(-CUDART_INF_F, 0.f);{row_loop(src, _ONLINE)}
+  float2 ms = make_float2(-CUDART_INF_F, 0.f);{row_loop(src, _ONLINE, ld)}
   ms = group_all<NT, TPR>(ms, MaxSum(), red2);
   const float m = ms.x, s = ms.y;"""
     return f"""
-  float m = -CUDART_INF_F;{row_loop(src, _MAX)}
+  float m = -CUDART_INF_F;{row_loop(src, _MAX, ld)}
   m = group_all<NT, TPR>(m, Max(), red);
-  float s = 0.f;{row_loop(src, _SUM)}
+  float s = 0.f;{row_loop(src, _SUM, ld)}
   s = group_all<NT, TPR>(s, Sum(), red);"""
 
 
-def _write(src: str, log: bool, stream: bool = False) -> str:
+def _write(src: str, log: bool, stream: bool = False, ld: str = "ldp") -> str:
     val = "to_f(p.v[j]) - m - lse" if log else "__expf(to_f(p.v[j]) - m) * inv"
     pre = "const float lse = __logf(s);" if log else "const float inv = 1.f / s;"
     st = "stp_cs" if stream else "stp"
     body = f"PO o;\n#pragma unroll\n for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});\n {st}<TO, VEC>(yr + col, o);"
-    return f"\n  {pre}{row_loop(src, body, 'ldp_cs' if stream else 'ldp')}"
+    return f"\n  {pre}{row_loop(src, body, ld + '_cs' if stream else ld)}"
+
+
+def _ld(card: OperatorCard) -> str:
+    """The pack load of the softmax's input: ``ldp`` from memory, or ``ldx`` evaluating a fused prologue."""
+    return "ldx" if _fused(card) else "ldp"
+
+
+def _x_params(card: OperatorCard) -> str:
+    if not _fused(card):
+        return "const T* __restrict__ x"
+    return ", ".join(f"const T{i}* __restrict__ x{i}" for i in range(len(card.inputs)))
+
+
+def _x_row(card: OperatorCard, row: str) -> str:
+    """The declaration of ``xr``, row ``row``'s input (a pointer, or the fused inputs' row pointers)."""
+    if not _fused(card):
+        return f"const T* xr = x + {row} * (long long)COLS;"
+    return f"const XRow xr = x_row({', '.join(f'x{i}' for i in range(len(card.inputs)))}, {row});"
+
+
+def _in_args(card: OperatorCard) -> list[str]:
+    return [f"in:{t.name}" for t in card.inputs] if _fused(card) else ["in:self"]
+
+
+def _row_offset(card: OperatorCard, index: int) -> str:
+    terms = [f"(row / {div}LL % {size}) * {stride}LL" if div > 1 else f"(row % {size}) * {stride}LL"
+             for div, size, stride in _row_strides(card, index)]
+    return " + ".join(terms) or "0"
+
+
+def _fused_loader(card: OperatorCard) -> str:
+    """Types and functions of a fused prologue: XRow (each input at a row), x_row, fx (the expression per element,
+    rounded as fused.py rounds) and ldx / ldx_cs, which load a pack of every input and return a pack of T."""
+    root = parse(str(card.scalars["expr"]))
+    k = len(card.inputs)
+    lines = _value_lines(root, [t.spec.dtype for t in card.inputs])
+    ptrs = " ".join(f"const T{i}* p{i};" for i in range(k))
+    plus = ", ".join(f"p{i} + c" for i in range(k))
+    params = ", ".join(f"const T{i}* x{i}" for i in range(k))
+    at_row = ", ".join(f"x{i} + ({_row_offset(card, i)})" for i in range(k))
+
+    def loader(name: str, load: str) -> str:
+        packs = " ".join(f"const Pack<T{i}, N> q{i} = {load}<T{i}, N>(a.p{i});" for i in range(k))
+        args = ", ".join(f"to_f(q{i}.v[j])" for i in range(k))
+        return f"""template <typename TT, int N> __device__ __forceinline__ Pack<TT, N> {name}(const XAt& a) {{
+  {packs}
+  Pack<TT, N> r;
+#pragma unroll
+  for (int j = 0; j < N; ++j) r.v[j] = from_f<TT>(fx({args}));
+  return r;
+}}"""
+    return f"""{typedefs(**{f"T{i}": t.spec.dtype for i, t in enumerate(card.inputs)})}
+{_functions(root)}
+struct XAt {{ {ptrs} }};
+struct XRow {{
+  {ptrs}
+  __device__ __forceinline__ XAt operator+(int c) const {{ return XAt{{{plus}}}; }}
+}};
+__device__ __forceinline__ XRow x_row({params}, long long row) {{ return XRow{{{at_row}}}; }}
+
+// prologue: {card.scalars["expr"]}
+__device__ __forceinline__ float fx({", ".join(f"float a{i}" for i in range(k))}) {{
+{chr(10).join(lines)}
+  return t{len(lines) - 1};
+}}
+{loader("ldx", "ldp")}
+{loader("ldx_cs", "ldp_cs")}
+"""
 
 
 def _header(card: OperatorCard, p: dict[str, Any], **sizes: int) -> str:
-    x = main_input(card)
     return f"""{PREAMBLE}
-{typedefs(T=x.dtype, TO=output_spec(card, 0).dtype)}
+{typedefs(T=_in_dtype(card), TO=output_spec(card, 0).dtype)}
 {consts(COLS=card.sizes["cols"], VEC=p["vec"], **sizes)}
 typedef Pack<T, VEC> P;
 typedef Pack<TO, VEC> PO;
-"""
+{_fused_loader(card) if _fused(card) else ""}"""
 
 
 # The row cache ``c`` of this thread's row (TPR threads per row, NIT packs each): registers, or this row's slice of
@@ -229,13 +369,16 @@ def _rows_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     tpr = p["tpr"] if p["strategy"] == "group" else block
     nit = cdiv(card.sizes["cols"], tpr * vec)
     decl = _CACHE_DECL[cache]
-    fill = row_fill(cache) if cache != "none" else ""
+    ld = _ld(card)
+    fill = row_fill(cache, ld) if cache != "none" else ""
     src = cache if cache != "none" else "global"
+    setup = ROW_SETUP.replace("const T* xr = x + (ok ? row : 0) * (long long)COLS;", _x_row(card, "(ok ? row : 0)"))
+    assert "XRow" in setup or not _fused(card), "ROW_SETUP no longer declares xr as the softmax expects"
     return _header(card, p, TPR=tpr, NT=block, RPB=block // tpr, NIT=nit) + f"""
-extern "C" __global__ __launch_bounds__(NT) void softmax_rows(const T* __restrict__ x, TO* __restrict__ y, long long rows) {{
+extern "C" __global__ __launch_bounds__(NT) void softmax_rows({_x_params(card)}, TO* __restrict__ y, long long rows) {{
   __shared__ float red[32];
-  __shared__ float2 red2[32];{ROW_SETUP}
-  {decl}{fill}{_stats(src, p.get("online", False))}{_write(src, log)}
+  __shared__ float2 red2[32];{setup}
+  {decl}{fill}{_stats(src, p.get("online", False), ld)}{_write(src, log, ld=ld)}
 }}
 """
 
@@ -248,12 +391,13 @@ def _cluster_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     cache, stream = p.get("cache", "reg"), p.get("stream", False)
     src = cache if cache != "none" else "global"
     chunk = _chunk(cols, cs, vec)
-    keep = _CACHE_DECL[cache] + (row_fill(cache) if cache != "none" else "")  # TPR = NT: one row per block
+    ld = _ld(card)
+    keep = _CACHE_DECL[cache] + (row_fill(cache, ld) if cache != "none" else "")  # TPR = NT: one row per block
     return _header(card, p, TPR=block, NT=block, CS=cs, CHUNK=chunk, NIT=cdiv(chunk, block * vec)) + f"""
 // One cluster of CS blocks per row; block `rank` takes columns [rank * CHUNK, (rank + 1) * CHUNK){" in registers" if cache == "reg" else ""}.
 // The cluster shape sits on a declaration: the contract's kernel pattern wants `void NAME(` on the definition.
-extern "C" __global__ __cluster_dims__(CS, 1, 1) void softmax_cluster(const T* __restrict__ x, TO* __restrict__ y);
-extern "C" __global__ __launch_bounds__(NT) void softmax_cluster(const T* __restrict__ x, TO* __restrict__ y) {{
+extern "C" __global__ __cluster_dims__(CS, 1, 1) void softmax_cluster({_x_params(card)}, TO* __restrict__ y);
+extern "C" __global__ __launch_bounds__(NT) void softmax_cluster({_x_params(card)}, TO* __restrict__ y) {{
   __shared__ float red[32];
   __shared__ float2 red2[32];
   __shared__ float2 part, stat;
@@ -261,10 +405,10 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_cluster(const T* __rest
   const long long row = blockIdx.x / CS;
   const int rank = blockIdx.x % CS;
   const bool ok = true;
-  const T* xr = x + row * (long long)COLS;
+  {_x_row(card, "row")}
   TO* yr = y + row * (long long)COLS;
   const int cbeg = rank * CHUNK, cend = min(cbeg + CHUNK, COLS);
-  {keep}{_stats(src, cache == "none")}
+  {keep}{_stats(src, cache == "none", ld)}
   if (threadIdx.x == 0) part = make_float2(m, s);
   __cluster_barrier_arrive();
   __cluster_barrier_wait();
@@ -277,7 +421,7 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_cluster(const T* __rest
   __cluster_barrier_arrive();  // done reading the other blocks' shared memory
   __syncthreads();
   {{
-    const float m = stat.x, s = stat.y;{_write(src, log, stream)}
+    const float m = stat.x, s = stat.y;{_write(src, log, stream, ld)}
   }}
   __cluster_barrier_wait();  // no block leaves while another may still read its `part`
 }}
@@ -291,32 +435,32 @@ def _split_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     head = _header(card, p, TPR=block, NT=block, S=splits, CHUNK=chunk, TOTAL=rows * splits, REV=int(p["reverse"]))
     return head + f"""
 // Pass 1: block b = row * S + k writes the (max, sum) of chunk k of its row.
-extern "C" __global__ __launch_bounds__(NT) void softmax_part(const T* __restrict__ x, float2* __restrict__ part) {{
+extern "C" __global__ __launch_bounds__(NT) void softmax_part({_x_params(card)}, float2* __restrict__ part) {{
   __shared__ float2 red2[32];
   const int lane = threadIdx.x;
   const long long row = blockIdx.x / S;
   const int k = blockIdx.x % S;
   const bool ok = true;
-  const T* xr = x + row * (long long)COLS;
-  const int cbeg = k * CHUNK, cend = min(cbeg + CHUNK, COLS);{_stats("global", True)}
+  {_x_row(card, "row")}
+  const int cbeg = k * CHUNK, cend = min(cbeg + CHUNK, COLS);{_stats("global", True, _ld(card))}
   if (threadIdx.x == 0) part[blockIdx.x] = make_float2(m, s);
 }}
 
 // Pass 2: every chunk combines its row's S partials (same order in every block) and writes its outputs.
-extern "C" __global__ __launch_bounds__(NT) void softmax_fin(const T* __restrict__ x, const float2* __restrict__ part, TO* __restrict__ y) {{
+extern "C" __global__ __launch_bounds__(NT) void softmax_fin({_x_params(card)}, const float2* __restrict__ part, TO* __restrict__ y) {{
   __shared__ float2 red2[32];
   const long long b = REV ? (TOTAL - 1 - (long long)blockIdx.x) : (long long)blockIdx.x;
   const int lane = threadIdx.x;
   const long long row = b / S;
   const int k = (int)(b % S);
   const bool ok = true;
-  const T* xr = x + row * (long long)COLS;
+  {_x_row(card, "row")}
   TO* yr = y + row * (long long)COLS;
   const int cbeg = k * CHUNK, cend = min(cbeg + CHUNK, COLS);
   float2 ms = make_float2(-CUDART_INF_F, 0.f);
   for (int i = threadIdx.x; i < S; i += NT) ms = MaxSum()(ms, part[row * S + i]);
   ms = group_all<NT, NT>(ms, MaxSum(), red2);
-  const float m = ms.x, s = ms.y;{_write("global", log, p.get("stream", False))}
+  const float m = ms.x, s = ms.y;{_write("global", log, p.get("stream", False), _ld(card))}
 }}
 """
 
@@ -328,20 +472,20 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     log = card.op == "aten._log_softmax.default"
     rows, cols, isz = _dims(card)
     s, block, vec = p["strategy"], p["block"], p["vec"]
-    what = "log_softmax" if log else "softmax"
+    what = "log_softmax" if log else f"softmax({card.scalars['expr']})" if _fused(card) else "softmax"
     if s in ("group", "block"):
         rpb = block // p["tpr"] if s == "group" else 1
         smem = _smem_cache_bytes(cols, block, vec, isz) if p["cache"] == "smem" else 0
-        launches = [launch("softmax_rows", f"cdiv(rows, {rpb})", block, ["in:self", "out:0", "i64:rows"], smem)]
+        launches = [launch("softmax_rows", f"cdiv(rows, {rpb})", block, _in_args(card) + ["out:0", "i64:rows"], smem)]
         src, scratch = _rows_source(card, p, log), None
     elif s == "cluster":
         smem = _smem_cache_bytes(_chunk(cols, p["cs"], vec), block, vec, isz) if p.get("cache") == "smem" else 0
-        launches = [launch("softmax_cluster", f"rows * {p['cs']}", block, ["in:self", "out:0"], smem)]
+        launches = [launch("softmax_cluster", f"rows * {p['cs']}", block, _in_args(card) + ["out:0"], smem)]
         src, scratch = _cluster_source(card, p, log), None
     else:
         grid = f"rows * {p['splits']}"
-        launches = [launch("softmax_part", grid, block, ["in:self", "scratch:part"]),
-                    launch("softmax_fin", grid, block, ["in:self", "scratch:part", "out:0"])]
+        launches = [launch("softmax_part", grid, block, _in_args(card) + ["scratch:part"]),
+                    launch("softmax_fin", grid, block, _in_args(card) + ["scratch:part", "out:0"])]
         src, scratch = _split_source(card, p, log), {"part": (f"rows * {p['splits']} * 8", False)}
     desc = f"{what} {s} " + " ".join(f"{k}={v}" for k, v in sorted(p.items()) if k != "strategy")
     return make_candidate(src, launches, desc, p, align_of(vec, _specs(card)), scratch)
