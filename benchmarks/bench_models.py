@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import statistics
 import sys
 import tempfile
@@ -234,7 +235,7 @@ def main() -> None:
         print("bench_models needs a CUDA GPU; none is visible here.")
         return
     cache = args.cache_dir or Path(tempfile.mkdtemp(prefix="kforge-models-"))
-    env = environment(" ".join(["python"] + sys.argv))
+    env = environment(shlex.join(["python"] + sys.argv))
     rows = []
     for item in args.models.split(","):
         model, _, setting = item.partition("::")

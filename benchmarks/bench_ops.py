@@ -1,6 +1,7 @@
 """Per-operator benchmark on the GPU: eager, Inductor, kforge (after its search) and the roofline floor.
 
-    python benchmarks/bench_ops.py [--rows softmax] [--iterations 50] [--quick-iterations 12]
+    python benchmarks/bench_ops.py [--rows softmax [--rows "group_norm [1, 128, 1024, 1024]" ...]] [--iterations 50]
+        [--quick-iterations 12]
 
 Every number comes from this one run: the copy bandwidth is measured here, and eager, Inductor and kforge are timed
 by the same device-event timer (L2 flushed before every repeat; see forge_backend/measure.py). kforge runs through
@@ -10,6 +11,7 @@ its search happens on the first call. Writes ops.json/.md and first_kernels.json
 from __future__ import annotations
 
 import argparse
+import shlex
 import statistics
 import sys
 import tempfile
@@ -26,6 +28,12 @@ OPS_COLUMNS = ["op", "shape", "dtype", "eager_us", "inductor_us", "kforge_us", "
                "speedup_vs_eager", "speedup_vs_inductor", "iterations_to_best", "search_s", "replaced"]
 FIRST_COLUMNS = ["op", "shape", "dtype", "eager_us", "kforge_us", "floor_us", "pct_bw", "speedup_vs_eager"]
 TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 3e-2}
+
+
+def select_rows(rows, patterns) -> list:
+    """The rows whose name contains any of ``patterns`` (all rows when there are none). Each pattern is matched whole:
+    row names hold commas ("softmax [1, 8, 2048, 2048] bfloat16"), so a pattern is never split on them."""
+    return [row for row in rows if not patterns or any(pat in row.name for pat in patterns)]
 
 
 def _nbytes(ts) -> int:
@@ -131,14 +139,21 @@ def _first_kernel(row, search: dict) -> list[dict]:
              "speedup_vs_eager": eager / first["time_us"], "action": first.get("action")}]
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line, apart from main so a CPU test can check how --rows values are read."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", default="", help="only rows whose name contains one of these comma-separated strings")
+    ap.add_argument("--rows", action="append", default=[], metavar="SUBSTRING",
+                    help="only rows whose name contains this string (repeat for several; names hold commas, so a "
+                         "value is never split: --rows \"softmax [64, 262144] bfloat16\")")
     ap.add_argument("--iterations", type=int, default=50, help="search iterations for the seed rows")
     ap.add_argument("--quick-iterations", type=int, default=12, help="search iterations for the other rows")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "h200")
     ap.add_argument("--cache-dir", type=Path, default=None)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     if not torch.cuda.is_available():
         print("bench_ops needs a CUDA GPU; none is visible here.")
         return
@@ -149,11 +164,9 @@ def main() -> None:
     timer = Timer(device)
     cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="kforge-bench-"))
     rows, firsts = [], []
-    env = environment(" ".join(["python"] + sys.argv))
+    env = environment(shlex.join(["python"] + sys.argv))
     env["copy_bandwidth_GBps"] = round(bw, 1)
-    for row in ROWS:
-        if args.rows and not any(part.strip() in row.name for part in args.rows.split(",")):
-            continue
+    for row in select_rows(ROWS, args.rows):
         its = args.iterations if row.name in SEED_ROWS else args.quick_iterations
         try:
             r, f = bench_row(row, timer, bw, cache_dir, its, device, args.out)

@@ -261,7 +261,17 @@ def _root_view() -> ParentView:
     return ParentView(0, None, {}, None, None, None)
 
 
-def test_proposer_root_then_strategies_then_exhausted() -> None:
+def _root_neighbours(card, fam) -> list[dict]:
+    """Every seed's one-knob neighbours, seed by seed, first of equal params kept, seeds themselves left out."""
+    seeds = fam.seeds(card)
+    out: list[dict] = []
+    for q in (q for s in seeds for _, q in fam.actions(card, s)):
+        if q not in seeds and q not in out:
+            out.append(q)
+    return out
+
+
+def test_proposer_root_then_strategies_then_neighbours_then_exhausted() -> None:
     card = CARDS["softmax_logits_f32"][0]()
     fam = family_for(card)
     prop, rng = TemplateProposer(), random.Random(0)
@@ -269,9 +279,35 @@ def test_proposer_root_then_strategies_then_exhausted() -> None:
     while (p := prop.propose(card, _root_view(), rng)) is not None:
         got.append(p)
         assert p.proposer == "templates" and p.candidate is not None and p.failure is None
-    assert got[0].params == fam.root_params(card) and got[0].action == "template root"
-    assert [p.params for p in got] == fam.seeds(card)
+        assert "\n" not in p.action
+    seeds = fam.seeds(card)
+    assert len(seeds) > 1 and got[0].params == fam.root_params(card) and got[0].action == "template root"
+    assert [p.params for p in got[:len(seeds)]] == seeds
+    assert [p.action for p in got[1:len(seeds)]] == [f"template strategy {s['strategy']}" for s in seeds[1:]]
+    rest = got[len(seeds):]
+    assert rest and [p.params for p in rest] == _root_neighbours(card, fam)
+    assert rest[0].action.endswith(" (from root)")
+    assert all(re.search(r" \(from (root|strategy \w+)\)$", p.action) for p in rest)
     assert prop.propose(card, _root_view(), rng) is None
+
+
+def test_proposer_keeps_proposing_at_the_root_when_its_children_fail() -> None:
+    """The search never expands a failed node, so when the root's children all fail (group_norm [1,128,1024,1024]
+    fp32 on the H200: one valid strategy, its root failed verification) the root itself must still offer a
+    neighbour of the root params."""
+    card = CARDS["group_norm_big_f32"][0]()
+    fam = family_for(card)
+    root = fam.root_params(card)
+    prop, rng, siblings, failed = TemplateProposer(), random.Random(0), [], []
+    for _ in range(len(fam.seeds(card))):  # every seed proposed, and (as far as the search knows) failed
+        p = prop.propose(card, ParentView(0, None, {}, None, None, None, tuple(failed), tuple(siblings)), rng)
+        siblings.append(p.action)
+        failed.append({"action": p.action, "stage": "verify", "reason": "tolerance", "log": ""})
+    view = ParentView(0, None, {}, None, None, None, tuple(failed), tuple(siblings))
+    p = prop.propose(card, view, rng)
+    assert p is not None and p.candidate is not None and p.action.endswith(" (from root)")
+    assert p.params in [q for _, q in fam.actions(card, root)]
+    assert freeze(p.params) not in {freeze(s) for s in fam.seeds(card)}
 
 
 def test_proposer_walks_actions_without_duplicates() -> None:
@@ -310,3 +346,46 @@ def test_proposer_skips_sibling_actions() -> None:
 
 def test_every_family_is_covered() -> None:
     assert {family_name(f) for f in FAMILIES} == {e for _, e in CARDS.values()}
+
+
+def test_proposer_below_an_llm_node_offers_only_the_seeds() -> None:
+    """Below an LLM candidate (no template params) the seeds lead back into the template space; their neighbours
+    are the root's to offer, so they are not repeated under every LLM node."""
+    card = CARDS["softmax_logits_f32"][0]()
+    fam = family_for(card)
+    view = ParentView(1, fam.generate(card, fam.root_params(card)), {}, None, None, None)
+    prop, rng, got = TemplateProposer(), random.Random(0), []
+    while (p := prop.propose(card, view, rng)) is not None:
+        got.append(p)
+    assert [p.params for p in got] == fam.seeds(card)
+    assert all(p.action.startswith("template strategy ") for p in got)
+
+
+class _FailsVerify:
+    """Evaluator stub: every candidate compiles and fails verification (the measured group-norm case)."""
+
+    def compile(self, candidate):
+        return candidate.identity()
+
+    def evaluate(self, card, candidate, compiled):
+        from forge_backend.search.mcts import Evaluation
+
+        return Evaluation(False, failure_stage="verify", failure_reason="max abs error 0.5 > 1e-4")
+
+    def remeasure(self, card, candidate, compiled, runs):
+        return []
+
+
+def test_search_goes_on_after_the_only_seed_fails() -> None:
+    """The engine end to end: with one seed that fails, the root keeps getting children instead of the search
+    stopping 'exhausted' after one iteration."""
+    from forge_backend.search.mcts import MCTS, SearchConfig
+
+    card = CARDS["group_norm_big_f32"][0]()
+    assert len(family_for(card).seeds(card)) == 1
+    engine = MCTS(card, 100.0, 20.0, [TemplateProposer()], _FailsVerify(), SearchConfig(iterations=5, parallel=1))
+    rec = engine.run().record
+    assert rec.iterations == 5 and rec.stop_reason == "iterations"
+    kids = rec.children(0)
+    assert len(kids) == 5 and kids[0].action == "template root" and all(n.status == "failed" for n in kids)
+    assert all(n.action.endswith(" (from root)") for n in kids[1:])

@@ -1,14 +1,21 @@
 """TemplateProposer: the built-in, offline proposer. It walks the parameter space of the template families.
 
 At the root (PyTorch's kernel, no candidate) it proposes the family's root params first, then the starting point of
-each other strategy. Below a template node it proposes one untried one-knob action of the parent's params, picked
-with the search's rng. Params already proposed for the card anywhere in the tree, and actions the parent's children
+each other strategy, then the one-knob neighbours of those seeds (labelled with the seed they come from). The MCTS
+never expands a failed node, so without the neighbours a card whose seeds all fail verification had nothing left to
+try: on the H200, group_norm [1,128,1024,1024] fp32 has one valid strategy, its root failed a tolerance check on one
+output, and the search stopped "exhausted" after one iteration. Seeds still come first, in order, so a normal search
+starts as before. Below a template node it proposes one untried one-knob action of the parent's params, picked with
+the search's rng. Params already proposed for the card anywhere in the tree, and actions the parent's children
 already took, are skipped; when nothing is left it returns None. Below a node without template params (an LLM
-candidate) it offers the untried seeds. Ops no family matches get None (left to PyTorch or the LLM).
+candidate) it offers only the untried seeds: they lead back into the template space, and the seeds' neighbours are
+already offered at the root (each params is proposed once per card). Ops no family matches get None (left to
+PyTorch or the LLM).
 """
 from __future__ import annotations
 
 import random
+from types import ModuleType
 from typing import Any
 
 from ...cards import OperatorCard
@@ -28,10 +35,10 @@ class TemplateProposer:
         fam = family_for(card)
         if fam is None:
             return []
-        if parent.candidate is None or not parent.params:
-            seeds = fam.seeds(card)
-            opts = [("template root" if i == 0 and parent.candidate is None else f"template {_strategy(p)}", p)
-                    for i, p in enumerate(seeds)]
+        if parent.candidate is None:
+            opts = _root_options(card, fam)
+        elif not parent.params:
+            opts = [(f"template {_strategy(p)}", p) for p in fam.seeds(card)]
         else:
             opts = fam.actions(card, dict(parent.params))
         done = self._proposed.get(card.key, set())
@@ -48,6 +55,27 @@ class TemplateProposer:
         candidate = fam.generate(card, params)
         self._proposed.setdefault(card.key, set()).add(freeze(params))
         return Proposal(candidate, action, self.name, params=dict(params), extra={"family": family_name(fam)})
+
+
+def _root_options(card: OperatorCard, fam: ModuleType) -> list[tuple[str, dict[str, Any]]]:
+    """The seeds in order, then each seed's one-knob neighbours labelled with their seed: the neighbours give the root
+    something left to try when every seed fails, since the search never expands a failed node."""
+    seeds = fam.seeds(card)
+    names = ["root"] + [_strategy(p) for p in seeds[1:]]
+    opts = [(f"template {n}", p) for n, p in zip(names, seeds)]
+    opts += [(f"{a} (from {n})", q) for n, p in zip(names, seeds) for a, q in fam.actions(card, p)]
+    return _first_of_each(opts)
+
+
+def _first_of_each(opts: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """Drops options whose params an earlier option already has (a strategy switch from the root is another seed)."""
+    seen: set[tuple] = set()
+    out = []
+    for action, params in opts:
+        if freeze(params) not in seen:
+            seen.add(freeze(params))
+            out.append((action, params))
+    return out
 
 
 def _strategy(p: dict[str, Any]) -> str:
