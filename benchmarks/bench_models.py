@@ -103,13 +103,36 @@ def compiler(opts: dict, mode: str | None):
     """``torch.compile`` for Inductor and for kforge+Inductor, with ``mode`` when given. torch.compile takes a mode or
     options, not both: with a mode, kforge's options travel as KFORGE_* environment variables (set by ``bench``)."""
     def inductor(model):
-        return torch.compile(model, mode=mode)
+        return _stepped(torch.compile(model, mode=mode), mode)
 
     def kforge_inductor(model):
         if mode is None:
             return torch.compile(model, backend="kforge", options={**opts, "inner": "inductor"})
-        return torch.compile(model, backend="kforge", mode=mode)
+        return _stepped(torch.compile(model, backend="kforge", mode=mode), mode)
     return inductor, kforge_inductor
+
+
+def _stepped(fn, mode: str | None):
+    """Under CUDA graphs (``reduce-overhead``) a call's outputs live in the graph's memory pool and a later replay
+    of another graph may overwrite them: every call starts a new step, and returns copies, so the outputs this
+    benchmark keeps for comparison stay valid. The copy is timed in both configurations alike."""
+    if mode != "reduce-overhead":
+        return fn
+
+    def call(*args):
+        torch.compiler.cudagraph_mark_step_begin()
+        return _cloned(fn(*args))
+    return call
+
+
+def _cloned(out):
+    if isinstance(out, torch.Tensor):
+        return out.clone()
+    if isinstance(out, (list, tuple)):
+        return type(out)(_cloned(o) for o in out)
+    if isinstance(out, dict):
+        return {k: _cloned(v) for k, v in out.items()}
+    return out
 
 
 def kforge_env(opts: dict) -> dict[str, str]:
