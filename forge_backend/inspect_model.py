@@ -8,6 +8,7 @@ import torch
 from .backend import CompileReport, make_backend
 from .cards import OperatorCard
 from .config import KforgeConfig
+from .expression import FUSED_OP, SOFTMAX_OP
 from .modelspec import load
 from .selection import is_candidate
 
@@ -46,6 +47,16 @@ def merge_cards(cards: list[OperatorCard]) -> list[OperatorCard]:
     return list(merged.values())
 
 
+def looked_up(op: str, families: tuple[str, ...], inner: str, cfg: KforgeConfig) -> bool:
+    """Would a compile with ``inner`` look this card's signature up? A softmax group (``kforge.softmax``) whenever
+    softmaxes are candidates and ``fuse_softmax`` is on, on both paths; a pointwise group on the eager path only."""
+    if op == SOFTMAX_OP:
+        return cfg.fuse_softmax and is_candidate("aten._softmax.default", families, inner)
+    if op == FUSED_OP:
+        return inner == "eager" and cfg.fuse_pointwise
+    return is_candidate(op, families, inner)
+
+
 def model_cards(spec: str, families: tuple[str, ...] = (), inner: str | None = None) -> ModelCards:
     """The model's operator cards: the signatures a compile with ``inner`` (default: the configured one) would look
     up. The graphs are captured as the eager path captures them, whole ATen ops with nothing decomposed, and the
@@ -67,5 +78,6 @@ def model_cards(spec: str, families: tuple[str, ...] = (), inner: str | None = N
 
         dev = torch.device("cuda", torch.cuda.current_device())
         bw, source = copy_bandwidth(dev, KforgeConfig.load().cache_dir), f"measured on {torch.cuda.get_device_name()}"
-    cards = [c for c in merge_cards(provider.cards) if is_candidate(c.op, families, inner)]
+    cfg = KforgeConfig.load({"families": families})
+    cards = [c for c in merge_cards(provider.cards) if looked_up(c.op, families, inner, cfg)]
     return ModelCards(cards, sum(r.ops_seen for r in reports), sum(c.occurrences for c in cards), bw, source, reports)

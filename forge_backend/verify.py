@@ -32,6 +32,15 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     "bfloat16": (1.6e-2, 1.6e-2),
 }
 DISTRIBUTIONS = ("normal", "large", "negative", "uniform", "masked")
+# Note [the tolerance of a mean]
+# atol scales with the output's own magnitude, which is right for values but not for the mean a norm returns: over
+# zero-mean data that mean is ~sigma / sqrt(N), far below the data, while any fp32 algorithm that shifts or combines
+# partial sums carries a rounding of the data's own magnitude. On the H200 every split group-norm kernel for
+# [1, 128, 1024, 1024] fp32 returned means 2.4e-8 off (data ~1: a fifth of an fp32 ulp of 1.0) against an atol of
+# 5e-9, so the op was left to PyTorch at 0.12x Inductor's speed. For these outputs atol is at least STAT_EPS fp32
+# roundings of the input's mean magnitude; a mean that is wrong by more than the data's rounding still fails.
+STAT_OUTPUTS = {"aten.native_group_norm.default": ("out1",), "aten.native_layer_norm.default": ("out1",)}
+STAT_EPS = 8 * torch.finfo(torch.float32).eps
 _MASKABLE = {"aten._softmax.default", "aten._log_softmax.default", "aten._safe_softmax.default",
              "aten.amax.default", "aten.max_pool2d_with_indices.default", "kforge.softmax"}
 _POSITIVE_INPUTS = {"running_var"}
@@ -150,7 +159,17 @@ def reference_outputs(card: OperatorCard, inputs: Sequence[torch.Tensor]) -> lis
     return call_aten(sig, list(inputs))
 
 
-def _compare(out: torch.Tensor, ref: torch.Tensor, eager: torch.Tensor, name: str) -> VerifyReport:
+def stat_floor(card: OperatorCard, name: str, inputs: Sequence[torch.Tensor]) -> float:
+    """The least atol of output ``name`` (Note [the tolerance of a mean]): 0 unless it is a norm's mean."""
+    if name not in STAT_OUTPUTS.get(card.op, ()) or not inputs or not inputs[0].dtype.is_floating_point:
+        return 0.0
+    x = inputs[0].double()
+    finite = x[torch.isfinite(x)]
+    return STAT_EPS * finite.abs().mean().item() if finite.numel() else 0.0
+
+
+def _compare(out: torch.Tensor, ref: torch.Tensor, eager: torch.Tensor, name: str,
+             atol_floor: float = 0.0) -> VerifyReport:
     if not out.dtype.is_floating_point:
         bad = (out != ref.to(out.dtype))
         if bad.any():
@@ -169,7 +188,7 @@ def _compare(out: torch.Tensor, ref: torch.Tensor, eager: torch.Tensor, name: st
                             expected_nan_count=int(ref_nan.sum()))
     finite = ~ref_nan
     scale = r[finite].abs().mean().item() if finite.any() else 0.0
-    atol = ascale * scale + 1e-30
+    atol = max(ascale * scale, atol_floor) + 1e-30
     diff = torch.where(finite, (o - r).abs(), torch.zeros_like(o))
     inf_mismatch = finite & torch.isinf(r) & (o != r)
     diff = torch.where(inf_mismatch, torch.full_like(diff, float("inf")), diff.nan_to_num(0.0))
@@ -246,7 +265,7 @@ def verify(card: OperatorCard, launch_into: LaunchInto, allocate: Callable[[], l
                 return VerifyReport(False, "input_modified", f"input {t.name} was modified", trial=i,
                                     distribution=dist)
         for o, r, e, n in zip(outs, trial.reference, trial.eager, names):
-            rep = _compare(o, r.to(o.device), e, n)
+            rep = _compare(o, r.to(o.device), e, n, stat_floor(card, n, trial.inputs))
             if not rep.ok:
                 rep.trial, rep.distribution, rep.trials_passed = i, dist, i
                 return rep

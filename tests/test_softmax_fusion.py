@@ -155,3 +155,26 @@ def test_tiny_gemma4_softmaxes_take_their_neighbours(inner):
     assert provider.calls[SOFTMAX_OP] == len(gemma4.LAYER_TYPES) + 1 and provider.calls[SOFTMAX] == 0
     exprs = {card.scalars["expr"] for card in provider.cards_seen if card.op == SOFTMAX_OP}
     assert any("tanh" in e for e in exprs) and any(e.startswith("add(") for e in exprs), exprs
+
+
+def test_cards_and_prewarm_list_the_softmax_groups(tmp_path):
+    """``kforge cards`` / ``prewarm`` capture on the eager path and keep what the configured inner looks up: a
+    softmax group on both paths, and its softmax alone too."""
+    from forge_backend.cli import _op_name
+    from forge_backend.inspect_model import model_cards
+
+    spec = tmp_path / "attn_spec.py"
+    spec.write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, s, m):\n"
+        "        return torch.softmax(s * 0.125 + m, dim=-1, dtype=torch.float32).to(s.dtype)\n"
+        "def get_model():\n    return M()\n"
+        "def get_inputs():\n"
+        "    return torch.randn(1, 2, 8, 8), torch.zeros(1, 1, 8, 8)\n")
+    for inner in ("eager", "inductor"):
+        cards = model_cards(str(spec), inner=inner).cards
+        ops = {c.op for c in cards}
+        assert SOFTMAX_OP in ops and SOFTMAX in ops, (inner, ops)
+        [group] = [c for c in cards if c.op == SOFTMAX_OP]
+        assert _op_name(group) == "softmax(add(mul(x0,0.125),x1))"

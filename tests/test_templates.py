@@ -261,17 +261,8 @@ def _root_view() -> ParentView:
     return ParentView(0, None, {}, None, None, None)
 
 
-def _root_neighbours(card, fam) -> list[dict]:
-    """Every seed's one-knob neighbours, seed by seed, first of equal params kept, seeds themselves left out."""
-    seeds = fam.seeds(card)
-    out: list[dict] = []
-    for q in (q for s in seeds for _, q in fam.actions(card, s)):
-        if q not in seeds and q not in out:
-            out.append(q)
-    return out
-
-
-def test_proposer_root_then_strategies_then_neighbours_then_exhausted() -> None:
+def test_proposer_root_then_strategies_then_exhausted() -> None:
+    """Seeds in order; while none failed, nothing else at the root (a passing seed's neighbours are its children)."""
     card = CARDS["softmax_logits_f32"][0]()
     fam = family_for(card)
     prop, rng = TemplateProposer(), random.Random(0)
@@ -282,13 +273,26 @@ def test_proposer_root_then_strategies_then_neighbours_then_exhausted() -> None:
         assert "\n" not in p.action
     seeds = fam.seeds(card)
     assert len(seeds) > 1 and got[0].params == fam.root_params(card) and got[0].action == "template root"
-    assert [p.params for p in got[:len(seeds)]] == seeds
-    assert [p.action for p in got[1:len(seeds)]] == [f"template strategy {s['strategy']}" for s in seeds[1:]]
-    rest = got[len(seeds):]
-    assert rest and [p.params for p in rest] == _root_neighbours(card, fam)
-    assert rest[0].action.endswith(" (from root)")
-    assert all(re.search(r" \(from (root|strategy \w+)\)$", p.action) for p in rest)
+    assert [p.params for p in got] == seeds
+    assert [p.action for p in got[1:]] == [f"template strategy {s['strategy']}" for s in seeds[1:]]
     assert prop.propose(card, _root_view(), rng) is None
+
+
+def test_proposer_offers_the_neighbours_of_failed_seeds_at_the_root() -> None:
+    card = CARDS["softmax_logits_f32"][0]()
+    fam = family_for(card)
+    seeds = fam.seeds(card)
+    prop, rng, siblings = TemplateProposer(), random.Random(0), []
+    for _ in seeds:
+        siblings.append(prop.propose(card, ParentView(0, None, {}, None, None, None, (), tuple(siblings)), rng).action)
+    failed = ({"action": siblings[1], "stage": "verify", "reason": "tolerance", "log": ""},)
+    got = []
+    while (p := prop.propose(card, ParentView(0, None, {}, None, None, None, failed, tuple(siblings)), rng)):
+        got.append(p)
+        siblings.append(p.action)
+    name = f"strategy {seeds[1]['strategy']}"
+    assert got and all(p.action.endswith(f" (from {name})") for p in got)
+    assert {freeze(p.params) for p in got} <= {freeze(q) for _, q in fam.actions(card, seeds[1])}
 
 
 def test_proposer_keeps_proposing_at_the_root_when_its_children_fail() -> None:

@@ -1,11 +1,12 @@
 """TemplateProposer: the built-in, offline proposer. It walks the parameter space of the template families.
 
 At the root (PyTorch's kernel, no candidate) it proposes the family's root params first, then the starting point of
-each other strategy, then the one-knob neighbours of those seeds (labelled with the seed they come from). The MCTS
-never expands a failed node, so without the neighbours a card whose seeds all fail verification had nothing left to
-try: on the H200, group_norm [1,128,1024,1024] fp32 has one valid strategy, its root failed a tolerance check on one
-output, and the search stopped "exhausted" after one iteration. Seeds still come first, in order, so a normal search
-starts as before. Below a template node it proposes one untried one-knob action of the parent's params, picked with
+each other strategy, then the one-knob neighbours of the seeds whose nodes *failed* (labelled with the seed they
+come from). The MCTS never expands a failed node, so without them a card whose seeds all fail verification had
+nothing left to try: on the H200, group_norm [1,128,1024,1024] fp32 has one valid strategy, its root failed a
+tolerance check on one output, and the search stopped "exhausted" after one iteration. A seed that passed is expanded
+as usual (its neighbours are its children), so a normal search spends its iterations as before; offering every
+seed's neighbours at the root spread 8-iteration searches thin (group norms 3-14% slower in one H200 run). Below a template node it proposes one untried one-knob action of the parent's params, picked with
 the search's rng. Params already proposed for the card anywhere in the tree, and actions the parent's children
 already took, are skipped; when nothing is left it returns None. Below a node without template params (an LLM
 candidate) it offers only the untried seeds: they lead back into the template space, and the seeds' neighbours are
@@ -36,7 +37,7 @@ class TemplateProposer:
         if fam is None:
             return []
         if parent.candidate is None:
-            opts = _root_options(card, fam)
+            opts = _root_options(card, fam, {f.get("action") for f in parent.failed_children})
         elif not parent.params:
             opts = [(f"template {_strategy(p)}", p) for p in fam.seeds(card)]
         else:
@@ -57,13 +58,15 @@ class TemplateProposer:
         return Proposal(candidate, action, self.name, params=dict(params), extra={"family": family_name(fam)})
 
 
-def _root_options(card: OperatorCard, fam: ModuleType) -> list[tuple[str, dict[str, Any]]]:
-    """The seeds in order, then each seed's one-knob neighbours labelled with their seed: the neighbours give the root
-    something left to try when every seed fails, since the search never expands a failed node."""
+def _root_options(card: OperatorCard, fam: ModuleType, failed: set[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The seeds in order, then the one-knob neighbours of each seed whose node failed, labelled with their seed:
+    the search never expands a failed node, so its neighbours are offered from the root. A seed that passed keeps
+    its neighbours to itself (they are its children), so a normal search spends its iterations as before."""
     seeds = fam.seeds(card)
     names = ["root"] + [_strategy(p) for p in seeds[1:]]
     opts = [(f"template {n}", p) for n, p in zip(names, seeds)]
-    opts += [(f"{a} (from {n})", q) for n, p in zip(names, seeds) for a, q in fam.actions(card, p)]
+    opts += [(f"{a} (from {n})", q) for n, p in zip(names, seeds) if f"template {n}" in failed
+             for a, q in fam.actions(card, p)]
     return _first_of_each(opts)
 
 
