@@ -51,6 +51,14 @@ class Row:
             mask = torch.zeros((1, 1, s, s), device=device, dtype=self.dtype).masked_fill(
                 causal, torch.finfo(self.dtype).min)
             return (lambda t, m: torch.softmax(t * 1.0 + m, -1, dtype=torch.float32).to(t.dtype)), (x, mask)
+        if self.op == "adaln_layer_norm":  # SD3.5 MMDiT's modulated layer norm (kforge.norm with fuse_norm)
+            n = self.shape[-1]
+            emb = torch.randn((self.shape[0], 2 * n), generator=g, device=device, dtype=torch.float32).to(self.dtype)
+
+            def adaln(t, e):
+                scale, shift = e.chunk(2, dim=-1)
+                return F.layer_norm(t, (n,), eps=1e-6) * (1 + scale[:, None]) + shift[:, None]
+            return adaln, (x, emb)
         if self.op == "softcap_softmax":  # Gemma 4's sampling softmax over soft-capped logits
             return (lambda t: torch.softmax(torch.tanh(t / 30.0) * 30.0, -1, dtype=torch.float32)), (x,)
         raise ValueError(f"unknown op {self.op}")
@@ -76,6 +84,8 @@ def _rows() -> list[Row]:
     # a softmax with its neighbours (kforge.softmax, Note [a softmax takes its neighbours])
     rows.append(Row("attn_softmax", (1, 8, 2048, 2048), torch.bfloat16, "Gemma4-E2B attn, fused"))
     rows.append(Row("softcap_softmax", (64, 262144), torch.bfloat16, "Gemma4-E2B sampling, fused"))
+    # a layer norm with its modulation (kforge.norm, Note [a norm takes its epilogue]; bench_ops turns fuse_norm on)
+    rows.append(Row("adaln_layer_norm", (1, 4096, 1536), torch.bfloat16, "SD3.5 MMDiT adaLN, fused"))
     return rows
 
 

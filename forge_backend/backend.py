@@ -25,7 +25,7 @@ from .capture import scan
 from .cards import OperatorCard
 from .config import KforgeConfig
 from .errors import BadOption
-from .expression import SOFTMAX_OP
+from .expression import FUSED_OP, NORM_OP
 from .inductor_gate import charged_bytes, host_cost_us, inductor_reorders_layout, replaces
 from .node_decompose import NotDecomposable, decompose_nodes
 from .registry import REGISTRY, KernelImpl
@@ -49,7 +49,8 @@ class CompileReport:
     candidates: int = 0
     signatures: int = 0
     replaced: list[tuple[str, str, float | None]] = field(default_factory=list)  # (op, key, speedup)
-    groups: int = 0  # groups among the candidates: "kforge.pointwise" (fuse_pointwise), "kforge.softmax" (fuse_softmax)
+    groups: int = 0  # groups among the candidates: "kforge.pointwise", "kforge.softmax", "kforge.norm" (fuse_* options)
+    fused_overloads: set[str] = field(default_factory=set)  # the ATen overloads inside replaced softmax/norm groups
     skipped: list[tuple[str, str]] = field(default_factory=list)
     fallback: str | None = None
     seconds: float = 0.0
@@ -415,9 +416,9 @@ def _decompose_leftovers(gm: torch.fx.GraphModule, keep: set, report: CompileRep
     from torch._inductor.decomposition import select_decomp_table
 
     left = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in keep]
-    # a replaced softmax group counts as a replaced softmax: its leftovers are decomposed in place, so the retry
-    # that decomposes every softmax (and with them every group) is not needed
-    replaced = {"aten._softmax.default" if op == SOFTMAX_OP else op for op, _, _ in report.replaced}
+    # a replaced softmax (norm) group counts as a replaced softmax (norm): its leftovers are decomposed in place, so
+    # the retry that decomposes every softmax (and with them every group) is not needed
+    replaced = {op for op, _, _ in report.replaced} | report.fused_overloads
     whole = {n.target for n in left if str(n.target) not in replaced}
     if whole:
         raise _Leftovers(whole)
@@ -446,6 +447,7 @@ def _rewrite_or_keep(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: Kern
         counters["kforge"]["rewrite_fallback"] += 1
         report.fallback = f"{type(e).__name__}: {e}"
         report.replaced.clear()
+        report.fused_overloads.clear()
         log.warning("kforge: rewrite failed (%s: %s); this graph runs without kforge kernels", type(e).__name__, e)
     report.seconds = time.perf_counter() - t0
     log.info("kforge: %d ATen ops, %d candidates (%d signatures, %d fused groups), %d replaced in %.2fs",
@@ -484,7 +486,7 @@ def _plan_and_rewrite(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: Ker
     if cfg.fuse_pointwise and cfg.inner != "eager":
         log.info("kforge: fuse_pointwise applies with inner='eager' only; Inductor fuses pointwise ops itself")
     found = scan(gm, cfg.families, cfg.inner, fuse=cfg.fuse_pointwise and cfg.inner == "eager",
-                 fuse_softmax=cfg.fuse_softmax)
+                 fuse_softmax=cfg.fuse_softmax, fuse_norm=cfg.fuse_norm)
     report.ops_seen, report.candidates, report.skipped = found.ops_seen, len(found.candidates), found.skipped
     report.groups = sum(1 for c in found.candidates if c.group is not None)
     if not found.candidates:
@@ -497,8 +499,9 @@ def _plan_and_rewrite(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: Ker
     reordered = cfg.inner == "inductor" and inductor_reorders_layout(gm)
     host_us = host_cost_us()
     replacements, taken = [], set()
-    # softmax groups, then pointwise groups, then single nodes: a replaced group takes its members (scan's docstring)
-    for c in sorted(found.candidates, key=lambda c: 2 if c.group is None else 0 if c.group.op == SOFTMAX_OP else 1):
+    # softmax and norm groups, then pointwise groups, then single nodes: a replaced group takes its members (scan's
+    # docstring)
+    for c in sorted(found.candidates, key=lambda c: 2 if c.group is None else 1 if c.group.op == FUSED_OP else 0):
         impl = impls.get(c.signature.key())
         if impl is None or c.node in taken or (c.group is not None and taken.intersection(c.group.members)):
             continue
@@ -511,6 +514,9 @@ def _plan_and_rewrite(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: Ker
         replacements.append(Replacement(c.node, c.signature, impl, c.group))
         report.replaced.append((c.signature.op, impl.key, impl.speedup))
         taken.update(c.group.members if c.group is not None else ())
+        if c.group is not None and c.group.op != FUSED_OP:  # the overload inside the group counts as replaced
+            report.fused_overloads.add(str(c.group.members[0].target) if c.group.op == NORM_OP else
+                                       "aten._softmax.default")
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     replacements.sort(key=lambda r: order[r.node])  # graph order, as before groups went first
     apply(gm, replacements, direct=cfg.inner == "eager")

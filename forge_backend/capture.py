@@ -15,11 +15,12 @@ import torch.fx
 
 from .cards import OperatorCard, cards_for_graph
 from .errors import UnsupportedNode
-from .expression import FUSED_OP
+from .expression import FUSED_OP, NORM_OP
 from .fusion import Group, find_groups, group_signature
 from .rewrite import is_getitem
 from .selection import is_candidate
 from .signature import OpSignature, signature_of
+from .norm_fusion import find_norm_groups, norm_group_signature
 from .softmax_fusion import find_softmax_groups
 
 log = logging.getLogger("kforge")
@@ -43,9 +44,9 @@ class GraphScan:
 
 
 def scan(gm: torch.fx.GraphModule, families: tuple[str, ...] = (), inner: str = "eager",
-         fuse: bool = False, fuse_softmax: bool = False) -> GraphScan:
+         fuse: bool = False, fuse_softmax: bool = False, fuse_norm: bool = False) -> GraphScan:
     """Find candidate nodes (with ``fuse``, pointwise groups; with ``fuse_softmax``, softmaxes with their pointwise
-    neighbours) and describe each. Nodes that cannot be described are skipped with a reason. A softmax group may
+    neighbours; with ``fuse_norm``, layer/rms norms with their pointwise epilogue) and describe each. Nodes that cannot be described are skipped with a reason. A softmax group may
     overlap a pointwise group and its own nodes stay candidates (Note [a softmax takes its neighbours]): the
     rewrite takes softmax groups first, then pointwise groups, then single nodes, each only if none of its nodes
     was taken."""
@@ -58,13 +59,22 @@ def scan(gm: torch.fx.GraphModule, families: tuple[str, ...] = (), inner: str = 
     if fuse_softmax and is_candidate("aten._softmax.default", families, inner):
         for g in find_softmax_groups(gm.graph):
             groups.setdefault(g.output, []).append(g)
+    if fuse_norm:
+        for g in find_norm_groups(gm.graph):
+            if is_candidate(str(g.members[0].target), families, inner):
+                groups.setdefault(g.output, []).append(g)
     members = {m for gs in groups.values() for g in gs if g.op == FUSED_OP for m in g.members}
     for node in gm.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         ops_seen += 1
         for g in groups.get(node, ()):
-            candidates.append(CandidateNode(node, group_signature(g), g))
+            try:
+                sig = norm_group_signature(g) if g.op == NORM_OP else group_signature(g)
+            except UnsupportedNode as e:
+                skipped.append((node.name, str(e)))
+                continue
+            candidates.append(CandidateNode(node, sig, g))
         if node in members or not is_candidate(str(node.target), families, inner):
             continue
         try:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import roofline
-from .expression import FUSED_OP, SOFTMAX_OP, aten_text, parse
+from .expression import FUSED_OP, NORM_OP, SOFTMAX_OP, aten_text, parse
 from .selection import family_of
 from .signature import OpSignature, TensorSpec
 
@@ -53,6 +53,9 @@ _SEMANTICS: dict[str, str] = {
     FUSED_OP: "fused pointwise expression: {expr}; over same-shape contiguous inputs x0..xk, one output element per "
               "input element; each op computes in fp32 and PyTorch rounds its result to the op's dtype (type "
               "promotion; to_<dtype> casts)",
+    NORM_OP: "{norm} over the last dim ({cols} columns, {rows} rows), then the expression {expr} whose input "
+             "x{norm_out} is the norm's output and whose other inputs x<i> broadcast to it (never along the last "
+             "dim); the expression computes like a fused pointwise one",
     SOFTMAX_OP: "softmax over the last dim (of {cols} columns, {rows} rows) of the expression {expr} over inputs "
                 "x0..xk, which broadcast to the output's shape (never along the last dim); the expression computes "
                 "like a fused pointwise one, the softmax in fp32, and the result is cast to the output's dtype",
@@ -139,6 +142,11 @@ class OperatorCard:
 def reference_call(sig: OpSignature) -> str:
     if sig.op == FUSED_OP:
         return aten_text(parse(sig.scalar_args()["expr"]))
+    if sig.op == NORM_OP:
+        s = sig.scalar_args()
+        base = ", ".join(a.name if a.tensor is not None else f"{a.name}={a.value!r}" for a in sig.args
+                         if a.name not in ("expr", "norm", "norm_out") and not (a.name[1:].isdigit() and a.name[0] == "x"))
+        return f"x{s['norm_out']} = torch.ops.{s['norm']}({base})[0]; {aten_text(parse(s['expr']))}"
     if sig.op == SOFTMAX_OP:
         return (f"torch.ops.aten._softmax.default({aten_text(parse(sig.scalar_args()['expr']))}, -1, False)"
                 f".to(torch.{sig.outputs[0].dtype})")
@@ -151,7 +159,7 @@ def reference_call(sig: OpSignature) -> str:
 def build_card(sig: OpSignature, occurrences: int = 1) -> OperatorCard:
     fam = family_of(sig.op)
     family = "elementwise" if sig.op == FUSED_OP else "softmax" if sig.op == SOFTMAX_OP else \
-        fam.name if fam else "other"
+        "norm" if sig.op == NORM_OP else fam.name if fam else "other"
     inputs = [NamedTensor(name, spec) for name, spec in sig.tensor_args()]
     outputs = [NamedTensor(f"out{i}", sig.outputs[i]) for i in sig.used_outputs]
     scalars = sig.scalar_args()

@@ -154,9 +154,12 @@ def _print_cards_table(cards_, bandwidth_gbps: float) -> None:
 
 
 def _op_name(card) -> str:
-    """``softmax.default``; a fused pointwise group shows its expression, a softmax group ``softmax(expression)``."""
-    from .expression import FUSED_OP, SOFTMAX_OP
+    """``softmax.default``; a fused pointwise group shows its expression, a softmax group ``softmax(expression)``, a
+    norm group ``native_layer_norm.default -> expression``."""
+    from .expression import FUSED_OP, NORM_OP, SOFTMAX_OP
 
+    if card.op == NORM_OP:
+        return f"{str(card.scalars.get('norm', '?')).removeprefix('aten.')} -> {card.scalars.get('expr', '?')}"
     if card.op == SOFTMAX_OP:
         return f"softmax({card.scalars.get('expr', '?')})"
     return str(card.scalars.get("expr", card.op)) if card.op == FUSED_OP else card.op.removeprefix("aten.")

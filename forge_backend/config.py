@@ -23,6 +23,9 @@ fuse_pointwise     KFORGE_FUSE_POINTWISE     ``False``: replace each connected g
 fuse_softmax       KFORGE_FUSE_SOFTMAX       ``True``: a softmax takes the pointwise ops that make its input (scale,
                                              mask, casts) and the cast of its output into one kernel
                                              (Note [a softmax takes its neighbours] in softmax_fusion.py)
+fuse_norm          KFORGE_FUSE_NORM          ``False``: a layer/rms norm takes the pointwise ops after it (adaLN's
+                                             modulation) into one kernel; off until measured on a GPU
+                                             (Note [a norm takes its epilogue] in norm_fusion.py)
 check              KFORGE_CHECK              ``False``: compare every kernel call with PyTorch's op on the same
                                              inputs and log disagreements (slow; see check.py)
 min_share          KFORGE_MIN_SHARE          ``0.0``: skip signatures under this share of GPU time
@@ -83,6 +86,7 @@ class KforgeConfig:
     margin: float = 0.03
     fuse_pointwise: bool = False  # off until measured on a GPU (Note [pointwise groups] in fusion.py)
     fuse_softmax: bool = True  # Note [a softmax takes its neighbours] in softmax_fusion.py
+    fuse_norm: bool = False  # Note [a norm takes its epilogue] in norm_fusion.py; off until measured on a GPU
     check: bool = False
     min_share: float = 0.0
     llm_model: str = ""

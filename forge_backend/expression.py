@@ -28,6 +28,8 @@ import torch
 FUSED_OP = "kforge.pointwise"  # the op string of a fused group's signature; not an ATen overload
 # softmax over the last dim of an expression, cast to the output's dtype (softmax_fusion.py); not an ATen overload
 SOFTMAX_OP = "kforge.softmax"
+# a layer/rms norm followed by an expression of its output (norm_fusion.py); not an ATen overload
+NORM_OP = "kforge.norm"
 CAST_DTYPES = ("float32", "float16", "bfloat16")
 
 

@@ -54,7 +54,7 @@ class _NodeCall:
     alpha: int | float | None
 
 
-def _dense_float(v: Any, shape: tuple[int, ...] | None = None) -> bool:
+def dense_float(v: Any, shape: tuple[int, ...] | None = None) -> bool:
     """A static-shape, non-empty, row-major contiguous fp32/fp16/bf16 tensor (of ``shape`` when given)."""
     if not isinstance(v, torch.Tensor) or v.dtype not in _DTYPES:
         return False
@@ -62,6 +62,14 @@ def _dense_float(v: Any, shape: tuple[int, ...] | None = None) -> bool:
     if not all(isinstance(d, int) for d in dims) or v.numel() == 0 or not v.is_contiguous():
         return False
     return shape is None or tuple(v.shape) == shape
+
+
+def row_strided_float(v: Any) -> bool:
+    """A static-shape, non-empty fp32/fp16/bf16 tensor whose last dim is contiguous (any strides elsewhere)."""
+    if not isinstance(v, torch.Tensor) or v.dtype not in _DTYPES or v.dim() < 1 or v.numel() == 0:
+        return False
+    dims = (*v.shape, *v.stride(), v.storage_offset())
+    return all(isinstance(d, int) for d in dims) and (v.shape[-1] == 1 or v.stride(-1) == 1)
 
 
 def _number(v: Any) -> bool:
@@ -74,11 +82,13 @@ _CONVERT = "prims.convert_element_type.default"
 
 def node_call(node: torch.fx.Node, broadcast: bool = False) -> _NodeCall | None:
     """How a node reads as an expression op, or None when it is not fusable. With ``broadcast`` a tensor operand
-    may be smaller than the result, as long as it broadcasts to it (a [1, 1, S, S] attention mask)."""
+    may be smaller than the result, as long as it broadcasts to it (a [1, 1, S, S] attention mask), and may be a
+    strided view whose last dim is contiguous (adaLN's ``shift[:, None]`` of a chunk); the group decides which
+    layouts its kernel can index."""
     if node.op != "call_function" or (str(node.target) not in FUSABLE_ATEN and str(node.target) != _CONVERT):
         return None
     val = node.meta.get("val")
-    if not _dense_float(val):
+    if not dense_float(val):
         return None
     args = dict(node_arguments(node))
     op = _pick_op(str(node.target), args, val)
@@ -88,8 +98,8 @@ def node_call(node: torch.fx.Node, broadcast: bool = False) -> _NodeCall | None:
     operands = (first,) + ((args["other"],) if op.arity == 2 else ())
     for i, a in enumerate(operands):
         tensor = isinstance(a, torch.fx.Node)
-        if tensor and not (_dense_float(a.meta.get("val"), tuple(val.shape)) or
-                           (broadcast and _dense_float(a.meta.get("val")) and _broadcasts(a.meta["val"], val))):
+        if tensor and not (dense_float(a.meta.get("val"), tuple(val.shape)) or
+                           (broadcast and row_strided_float(a.meta.get("val")) and _broadcasts(a.meta["val"], val))):
             return None
         if tensor and a.meta["val"].device != val.device:
             return None

@@ -8,7 +8,7 @@ import torch
 from .backend import CompileReport, make_backend
 from .cards import OperatorCard
 from .config import KforgeConfig
-from .expression import FUSED_OP, SOFTMAX_OP
+from .expression import FUSED_OP, NORM_OP, SOFTMAX_OP
 from .modelspec import load
 from .selection import is_candidate
 
@@ -47,9 +47,13 @@ def merge_cards(cards: list[OperatorCard]) -> list[OperatorCard]:
     return list(merged.values())
 
 
-def looked_up(op: str, families: tuple[str, ...], inner: str, cfg: KforgeConfig) -> bool:
+def looked_up(card: OperatorCard, families: tuple[str, ...], inner: str, cfg: KforgeConfig) -> bool:
     """Would a compile with ``inner`` look this card's signature up? A softmax group (``kforge.softmax``) whenever
-    softmaxes are candidates and ``fuse_softmax`` is on, on both paths; a pointwise group on the eager path only."""
+    softmaxes are candidates and ``fuse_softmax`` is on, a norm group (``kforge.norm``) likewise with ``fuse_norm``,
+    on both paths; a pointwise group on the eager path only."""
+    op = card.op
+    if op == NORM_OP:
+        return cfg.fuse_norm and is_candidate(str(card.scalars.get("norm")), families, inner)
     if op == SOFTMAX_OP:
         return cfg.fuse_softmax and is_candidate("aten._softmax.default", families, inner)
     if op == FUSED_OP:
@@ -79,5 +83,5 @@ def model_cards(spec: str, families: tuple[str, ...] = (), inner: str | None = N
         dev = torch.device("cuda", torch.cuda.current_device())
         bw, source = copy_bandwidth(dev, KforgeConfig.load().cache_dir), f"measured on {torch.cuda.get_device_name()}"
     cfg = KforgeConfig.load({"families": families})
-    cards = [c for c in merge_cards(provider.cards) if looked_up(c.op, families, inner, cfg)]
+    cards = [c for c in merge_cards(provider.cards) if looked_up(c, families, inner, cfg)]
     return ModelCards(cards, sum(r.ops_seen for r in reports), sum(c.occurrences for c in cards), bw, source, reports)

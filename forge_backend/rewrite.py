@@ -5,7 +5,8 @@ ops (``native_layer_norm`` returns (out, mean, rstd)) each ``getitem(node, i)`` 
 of output i among the used outputs. With ``direct=True`` (the graph runs eagerly) the node calls the impl's launcher
 directly instead of going through the dispatcher, which saves the custom op's host overhead on every call.
 
-A pointwise group (fusion.py) or a softmax with its neighbours (softmax_fusion.py) becomes one call on the group's
+A pointwise group (fusion.py), a softmax with its neighbours (softmax_fusion.py) or a norm with its epilogue
+(norm_fusion.py) becomes one call on the group's
 external inputs; its result replaces the group's output node, and the other members, whose users were all inside
 the group, are erased last to first.
 """
@@ -18,10 +19,11 @@ from typing import Any
 import torch
 import torch.fx
 
-from .expression import SOFTMAX_OP, to_text
+from .expression import NORM_OP, SOFTMAX_OP, to_text
 from .fusion import Group, describe
 from .registry import KERNEL_OP, KernelImpl
 from .signature import OpSignature
+from .norm_fusion import epilogue_inputs
 from .softmax_fusion import prologue_inputs
 
 
@@ -45,6 +47,8 @@ def group_input_nodes(group: Group) -> list[torch.fx.Node]:
     """The group's external inputs as the graph stands now (an earlier replacement may have re-pointed them)."""
     if group.op == SOFTMAX_OP:
         return prologue_inputs(group)
+    if group.op == NORM_OP:
+        return epilogue_inputs(group)
     root, inputs, _ = describe(group.output, group.members)
     if to_text(root) != group.expr:
         raise RuntimeError(f"pointwise group at {group.output.name} changed since capture: {group.expr}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .expression import FUSED_OP, OPS, SOFTMAX_OP, distinct_calls, parse
+from .expression import FUSED_OP, NORM_OP, OPS, SOFTMAX_OP, distinct_calls, parse
 from .signature import OpSignature
 
 _POINTWISE_FLOPS = {
@@ -58,9 +58,9 @@ def flops(sig: OpSignature) -> int:
         return x.numel + sig.outputs[0].numel
     if sig.op in _POINTWISE_FLOPS:
         return _POINTWISE_FLOPS[sig.op] * sig.outputs[0].numel
-    if sig.op in (FUSED_OP, SOFTMAX_OP):
+    if sig.op in (FUSED_OP, SOFTMAX_OP, NORM_OP):
         calls = distinct_calls(parse(sig.scalar_args()["expr"]))
-        per = sum(_POINTWISE_FLOPS[OPS[c.op].aten] for c in calls) + (5 if sig.op == SOFTMAX_OP else 0)
+        per = sum(_POINTWISE_FLOPS[OPS[c.op].aten] for c in calls) + {SOFTMAX_OP: 5, NORM_OP: 7}.get(sig.op, 0)
         return per * sig.outputs[0].numel
     return 0
 
@@ -83,7 +83,7 @@ def derived_sizes(sig: OpSignature) -> dict[str, int]:
         out["cols"] = sig.outputs[0].shape[-1]
         out["inner"] = 1
         out["rows"] = sig.outputs[0].numel // max(out["cols"], 1)
-    elif sig.op in ("aten.native_layer_norm.default", "aten._fused_rms_norm.default"):
+    elif sig.op in ("aten.native_layer_norm.default", "aten._fused_rms_norm.default", NORM_OP):
         out["cols"] = math.prod(s["normalized_shape"])
         out["rows"] = x.numel // max(out["cols"], 1)
         out["ndims"] = len(s["normalized_shape"])

@@ -32,7 +32,7 @@ import torch
 import torch.fx
 
 from .expression import SOFTMAX_OP, to_text
-from .fusion import MAX_MEMBERS, Group, _dense_float, describe, expression_of, node_call
+from .fusion import MAX_MEMBERS, Group, dense_float, describe, expression_of, node_call
 
 _SOFTMAX = "aten._softmax.default"
 
@@ -52,7 +52,7 @@ def find_softmax_groups(graph: torch.fx.Graph) -> list[Group]:
 def _last_dim(node: torch.fx.Node) -> bool:
     x, dim, half_to_float = (list(node.args) + [None, None, None])[:3]
     val = node.meta.get("val")
-    if half_to_float or not isinstance(x, torch.fx.Node) or not _dense_float(val) or val.dim() < 1:
+    if half_to_float or not isinstance(x, torch.fx.Node) or not dense_float(val) or val.dim() < 1:
         return False
     return isinstance(dim, int) and dim in (-1, val.dim() - 1)
 
@@ -81,7 +81,7 @@ def _prologue(x: torch.fx.Node, softmax: torch.fx.Node) -> set[torch.fx.Node]:
 def _input_ok(n: torch.fx.Node, full: tuple[int, ...]) -> bool:
     """An input the kernel can index: dense, broadcasting to ``full`` but not along the last dim."""
     val = n.meta.get("val")
-    return _dense_float(val) and val.dim() <= len(full) and val.dim() >= 1 and val.shape[-1] == full[-1]
+    return dense_float(val) and val.dim() <= len(full) and val.dim() >= 1 and val.shape[-1] == full[-1]
 
 
 def _group_at(softmax: torch.fx.Node, order: dict[torch.fx.Node, int]) -> Group | None:

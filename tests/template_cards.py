@@ -130,3 +130,25 @@ def softmax_fused(expr: str, inputs: Sequence[tuple[Sequence[int], str]], out_dt
     out = torch.empty(v.shape, dtype=DTYPES[out_dtype] if out_dtype else v.dtype, device="meta")
     args = tuple(ArgSpec(f"x{i}", TensorSpec.of(x)) for i, x in enumerate(xs)) + (ArgSpec("expr", value=expr),)
     return build_card(OpSignature(SOFTMAX_OP, args, (TensorSpec.of(out),), (0,), "sm_90"))
+
+
+def norm_fused(expr: str, shape: Sequence[int], extras: Sequence[tuple[Sequence[int], str]], dtype: str = "bfloat16",
+               norm: str = "layer_norm", norm_out: int = 0, weight: bool = False) -> OperatorCard:
+    """A ``kforge.norm`` card (norm_fusion.py): a layer/rms norm over the last dim, then ``expr`` with input
+    ``x<norm_out>`` the norm's output and the other inputs ``extras`` (in expression order)."""
+    from forge_backend.expression import NORM_OP, evaluate, parse
+
+    n = shape[-1]
+    if norm == "layer_norm":
+        base = layer_norm(shape, (n,), dtype, weight=weight, bias=weight, used=(0,))
+    else:
+        base = rms_norm(shape, (n,), dtype, weight=weight, used=(0,))
+    sig = base.signature_obj()
+    y = meta(shape, dtype)
+    xs = [meta(s, d) for s, d in extras]
+    operands = xs[:norm_out] + [y] + xs[norm_out:]
+    out = evaluate(parse(expr), operands)
+    names = [i for i in range(len(operands)) if i != norm_out]
+    args = sig.args + tuple(ArgSpec(f"x{i}", TensorSpec.of(x)) for i, x in zip(names, xs)) + (
+        ArgSpec("expr", value=expr), ArgSpec("norm", value=sig.op), ArgSpec("norm_out", value=norm_out))
+    return build_card(OpSignature(NORM_OP, args, (TensorSpec.of(out),), (0,), "sm_90"))

@@ -84,6 +84,14 @@ CARDS = {
         "add(mul(x0,0.125),x1)", [((3, 5, 7, 1000), "float32"), ((5, 1, 1000), "float32")], "float16"), "softmax"),
     "softmax_fused_long_rows": (lambda: tc.softmax_fused(
         "to_float32(x0)", [((3, 700001), "float16")]), "softmax"),
+    # a norm with its epilogue (norm_fusion.py): SD3.5 MMDiT's adaLN modulation, at its width and odd sizes
+    "norm_fused_adaln_bf16": (lambda: tc.norm_fused(
+        "add(mul(x0,x1),x2)", (2, 4096, 1536), [((2, 1, 1536), "bfloat16"), ((2, 1, 1536), "bfloat16")]), "norm"),
+    "norm_fused_rms_odd": (lambda: tc.norm_fused(
+        "mul(x0,sigmoid(x1))", (3, 7, 1000), [((3, 7, 1000), "float32")], "float32", norm="rms_norm",
+        weight=True), "norm"),
+    "norm_fused_shift_first": (lambda: tc.norm_fused(
+        "add(x0,mul(x1,2.0))", (5, 999), [((999,), "float16")], "float16", norm_out=1, weight=True), "norm"),
     # fused pointwise groups (fusion.py)
     "fused_silu_mul_bf16": (lambda: tc.fused("mul(silu(x0),x0)", [((16384, 4096), "bfloat16")]), "fused"),
     "fused_gelu_add_odd": (lambda: tc.fused("add(gelu(x0),x1)", [((1001, 7), "float32")] * 2), "fused"),

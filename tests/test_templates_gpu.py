@@ -61,6 +61,11 @@ ODD_CARDS = [
     tc.softmax_fused("add(mul(x0,0.125),x1)", [((3, 5, 7, 1000), "float32"), ((5, 1, 1000), "float32")], "float16"),
     tc.softmax_fused("to_float32(add(x0,x1))", [((2, 3, 4104), "bfloat16"), ((3, 4104), "bfloat16")], "bfloat16"),
     tc.softmax_fused("to_float32(x0)", [((3, 70001), "float16")]),
+    # a norm with its epilogue (norm_fusion.py; fuse_norm): adaLN at MMDiT's width, and odd sizes
+    tc.norm_fused("add(mul(x0,x1),x2)", (2, 4096, 1536), [((2, 1, 1536), "bfloat16"), ((2, 1, 1536), "bfloat16")]),
+    tc.norm_fused("mul(x0,sigmoid(x1))", (3, 7, 1000), [((3, 7, 1000), "float32")], "float32", norm="rms_norm",
+                  weight=True),
+    tc.norm_fused("add(x0,mul(x1,2.0))", (5, 999), [((999,), "float16")], "float16", norm_out=1, weight=True),
 ]
 
 

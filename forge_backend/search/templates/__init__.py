@@ -10,7 +10,9 @@ Each family module exposes the same functions over an OperatorCard:
 * ``generate(card, params) -> Candidate``: device source + launch plan
 
 Dependency direction: proposer -> family modules (softmax, reduce, norm, pool, fused, elementwise) -> common ->
-contract, cards; fused also takes elementwise's knobs. No module here imports torch._dynamo or the runtime.
+contract, cards; fused also takes elementwise's knobs, and softmax and norm (through epilogue) reuse fused's expression
+code for the prologue / epilogue of kforge.softmax / kforge.norm. No module here imports torch._dynamo or the
+runtime.
 """
 from __future__ import annotations
 

@@ -280,6 +280,28 @@ ROW_SETUP = """
   const int cbeg = 0, cend = COLS;"""
 
 
+def row_strides(out: TensorSpec, x: TensorSpec) -> list[tuple[int, int, int]]:
+    """(divisor, size, stride) per leading dim of ``out`` (rows x last dim) that moves ``x``, an input that
+    broadcasts to ``out`` over the leading dims: row ``row``'s index in that dim is ``row / divisor % size``, and it
+    moves ``x`` by ``stride`` elements (0-stride broadcast dims left out)."""
+    lead, pad = len(out.shape) - 1, len(out.shape) - len(x.shape)
+    strides, divisor = [], 1
+    for d in range(lead - 1, -1, -1):
+        size = out.shape[d]
+        own = x.shape[d - pad] if d >= pad else 1
+        if size > 1 and own > 1:
+            strides.append((divisor, size, x.stride[d - pad]))
+        divisor *= size
+    return strides
+
+
+def row_offset(out: TensorSpec, x: TensorSpec, row: str = "row") -> str:
+    """C++ for the element offset of row ``row`` of ``x`` (see ``row_strides``)."""
+    terms = [f"({row} / {div}LL % {size}) * {stride}LL" if div > 1 else f"({row} % {size}) * {stride}LL"
+             for div, size, stride in row_strides(out, x)]
+    return " + ".join(terms) or "0"
+
+
 def row_fill(src: str, load: str = "ldp") -> str:
     """Load this thread's packs of [cbeg, cend) into the row cache ``c`` (read with ``load``)."""
     slot = "c[i]" if src == "reg" else "c[i * TPR + lane]"

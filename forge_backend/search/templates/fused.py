@@ -58,7 +58,7 @@ def matches(card: OperatorCard) -> bool:
     return result_dtype(root, [t.spec.dtype for t in card.inputs]) == out.dtype
 
 
-def _value_lines(root: Call, in_dtypes: list[str]) -> list[str]:
+def value_lines(root: Call, in_dtypes: list[str]) -> list[str]:
     """One ``const float tI = ...;`` per distinct call, operands first; the last line is the root's value."""
     dtypes: dict[Expr, str] = {}
     result_dtype(root, in_dtypes, dtypes)
@@ -96,7 +96,7 @@ def _reciprocal(c: int | float) -> float:
     return math.copysign(math.inf, float(c)) if c == 0 else 1.0 / c
 
 
-def _functions(root: Call) -> str:
+def device_functions(root: Call) -> str:
     used = sorted({c.op for c in distinct_calls(root) if c.op in POINTWISE_MATH})
     return "\n".join(f"__device__ __forceinline__ float f_{n}(float v) {{ return {POINTWISE_MATH[n]}; }}" for n in used)
 
@@ -104,7 +104,7 @@ def _functions(root: Call) -> str:
 def _source(card: OperatorCard, root: Call, p: dict[str, Any]) -> str:
     k, out = len(card.inputs), output_spec(card, 0)
     vec, numel = p["vec"], out.numel
-    lines = _value_lines(root, [t.spec.dtype for t in card.inputs])
+    lines = value_lines(root, [t.spec.dtype for t in card.inputs])
     a_params = ", ".join(f"float a{i}" for i in range(k))
     x_params = "".join(f"const T{i}* __restrict__ x{i}, " for i in range(k))
     loads = " ".join(f"const P{i} p{i} = ldp<T{i}, VEC>(x{i} + i * VEC);" for i in range(k))
@@ -126,7 +126,7 @@ typedef {"long long" if numel > 2**31 - 1 - 1024 else "int"} I;
 {consts(N=numel, NV=numel // vec, VEC=vec, NT=p["block"], UNROLL=p["unroll"])}
 {chr(10).join(f"typedef Pack<T{i}, VEC> P{i};" for i in range(k))}
 typedef Pack<TO, VEC> PO;
-{_functions(root)}
+{device_functions(root)}
 
 // {card.scalars["expr"]}
 __device__ __forceinline__ float fx({a_params}) {{

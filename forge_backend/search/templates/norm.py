@@ -21,6 +21,11 @@ Strategies per op (``params["strategy"]``):
   ``stream`` (split and sync) makes the last read of the input and the write of the output streaming accesses
   (ld/st.global.cs), so the output does not push input that is still to be re-read out of L2.
 
+``kforge.norm`` (norm_fusion.py: a layer/rms norm with the pointwise ops after it) uses the row kernels: every
+normalised element, rounded to the norm's output dtype as eager stores it, goes through the epilogue's expression
+(fused.py's code and rounding) with the extra inputs' packs at the same column before the store. Written after the
+fifth session's device time was spent: compiled for sm_90 in CI, not yet run on a GPU.
+
 Note [ticket barrier progress]
 A block waits only for blocks holding the other tickets of its group. Tickets are taken in order by blocks that are
 already resident, so every group but the newest is fully resident and finishes; the newest one gets the slots they
@@ -34,10 +39,12 @@ from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
+from ...expression import NORM_OP
 from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMEM_LIMIT, SMS,
                      align_of, best_vec, cdiv, clamp, consts, filter_actions, flat_contiguous, input_spec, knob,
                      launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill, row_loop, same_layout,
-                     scale_knob, typedefs, vec_ok)
+                     row_offset, row_strides, scale_knob, typedefs, vec_ok)
+from .epilogue import epilogue_function, epilogue_ok, extras
 
 OPS = {"aten.native_layer_norm.default": "layer_norm", "aten._fused_rms_norm.default": "rms_norm",
        "aten._native_batch_norm_legit_no_training.default": "batch_norm",
@@ -48,7 +55,7 @@ RMS_DEFAULT_EPS = 1.1920928955078125e-07  # torch.finfo(float32).eps: _fused_rms
 
 
 def _kind(card: OperatorCard) -> str:
-    return OPS[card.op]
+    return OPS[str(card.scalars["norm"])] if card.op == NORM_OP else OPS[card.op]
 
 
 def _opt(card: OperatorCard, name: str, numel: int) -> bool:
@@ -58,8 +65,9 @@ def _opt(card: OperatorCard, name: str, numel: int) -> bool:
 
 
 def matches(card: OperatorCard) -> bool:
-    kind = OPS.get(card.op)
-    if kind is None or not card.inputs:
+    kind = OPS.get(str(card.scalars.get("norm"))) if card.op == NORM_OP else OPS.get(card.op)
+    if kind is None or not card.inputs or (card.op == NORM_OP and (kind not in ("layer_norm", "rms_norm")
+                                                                   or not epilogue_ok(card))):
         return False
     x, y = main_input(card), output_spec(card, 0)
     if y is None or x.dtype not in FLOAT_DTYPES or y.dtype not in FLOAT_DTYPES or x.numel == 0:
@@ -102,6 +110,9 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
     if kind in ("layer_norm", "rms_norm"):
         cols = card.sizes["cols"]
         vec = best_vec(cols, _tensors(card))
+        while vec > 1 and any(st % vec for t in extras(card) for _, _, st in row_strides(output_spec(card, 0),
+                                                                                           t.spec)):
+            vec //= 2
         if strategy == "group":
             tpr = clamp(pow2_ceil(cdiv(cols, vec * 4)), 1, 32)
             p = {"strategy": "group", "vec": vec, "tpr": tpr, "block": 128, "cache": "reg"}
@@ -176,6 +187,8 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         tpr = p.get("tpr", 0) if s == "group" else block
         if not vec_ok(vec, cols, _tensors(card)) or (s == "group" and tpr not in (1, 2, 4, 8, 16, 32)):
             return False
+        if any(st % vec for t in extras(card) for _, _, st in row_strides(output_spec(card, 0), t.spec)):
+            return False  # each extra input's row must start on a whole pack
         if s == "block" and block > max(64, pow2_ceil(cdiv(cols, vec))):
             return False
         per_thread = cdiv(cols, tpr * vec) * vec * isz
@@ -269,6 +282,10 @@ def _row_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
         (f"out:{mean_i}", "TM* __restrict__ mean_out", f"out{mean_i}"),
         (f"out:{rstd_i}", "TR* __restrict__ rstd_out", f"out{rstd_i}"),
         ("i64:rows", "long long rows", ""), (_eps(card, RMS_DEFAULT_EPS), "float eps", "")])
+    ep_in = extras(card)
+    if ep_in:  # the epilogue's inputs, after the norm's own arguments
+        params += "".join(f", const TX{t.name[1:]}* __restrict__ {t.name}" for t in ep_in)
+        args += [f"in:{t.name}" for t in ep_in]
     src = "reg" if cache == "reg" else "global"
     sq = "d * d" if not rms else "v * v"
     body_sum = "\n#pragma unroll\n for (int j = 0; j < VEC; ++j) s += to_f(p.v[j]);"
@@ -277,12 +294,22 @@ def _row_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
             ("const Pack<TB, VEC> bp = ldp<TB, VEC>(b + col);" if has["bias"] else "")
     expr = "(to_f(p.v[j]) - mean) * rstd" + (" * to_f(wp.v[j])" if has["weight"] else "") + \
            (" + to_f(bp.v[j])" if has["bias"] else "")
+    if ep_in:  # Note [fused rounding]: the norm's output is stored in T before the epilogue reads it
+        k = int(card.scalars["norm_out"])
+        wload += "".join(f"const Pack<TX{t.name[1:]}, VEC> q{t.name[1:]} = ldp<TX{t.name[1:]}, VEC>(er{t.name[1:]} + col);"
+                         for t in ep_in)
+        operands = [f"round_to<T>({expr})" if i == k else f"to_f(q{i}.v[j])" for i in range(len(ep_in) + 1)]
+        expr = f"ep({', '.join(operands)})"
     body_out = f"{wload} PO o;\n#pragma unroll\n for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({expr});\n stp<TO, VEC>(yr + col, o);"
     mean_stats = "const float mean = 0.f;" if rms else \
         f"float s = 0.f;{row_loop(src, body_sum)}\n  const float mean = group_all<NT, TPR>(s, Sum(), red) * (1.f / COLS);"
     types = typedefs(T=x.dtype, TO=output_spec(card, 0).dtype, TW=_dtype(card, "weight", x.dtype),
                      TB=_dtype(card, "bias", x.dtype), TM=_dtype(card, f"out{mean_i}", "float32"),
-                     TR=_dtype(card, f"out{rstd_i}", "float32"))
+                     TR=_dtype(card, f"out{rstd_i}", "float32"),
+                     **{f"TX{t.name[1:]}": t.spec.dtype for t in ep_in}) + epilogue_function(card)
+    setup = ROW_SETUP + "".join(
+        f"\n  const TX{t.name[1:]}* er{t.name[1:]} = {t.name} + (ok ? {row_offset(output_spec(card, 0), t.spec)} : 0);"
+        for t in ep_in)
     source = f"""{PREAMBLE}
 {types}
 {consts(COLS=cols, VEC=vec, TPR=tpr, NT=block, RPB=block // tpr, NIT=cdiv(cols, tpr * vec))}
@@ -290,7 +317,7 @@ typedef Pack<T, VEC> P;
 typedef Pack<TO, VEC> PO;
 
 extern "C" __global__ __launch_bounds__(NT) void norm_rows({params}) {{
-  __shared__ float red[32];{ROW_SETUP}
+  __shared__ float red[32];{setup}
   {"P c[NIT];" + row_fill("reg") if cache == "reg" else ""}
   {mean_stats}
   float q = 0.f;{row_loop(src, body_sq)}
@@ -300,6 +327,8 @@ extern "C" __global__ __launch_bounds__(NT) void norm_rows({params}) {{
 """
     rpb = block // tpr
     desc = f"{_kind(card)} {p['strategy']} " + " ".join(f"{k}={v}" for k, v in sorted(p.items()) if k != "strategy")
+    if ep_in:
+        desc += f" then {card.scalars['expr']}"
     return make_candidate(source, [launch("norm_rows", f"cdiv(rows, {rpb})", block, args)], desc, p,
                           align_of(vec, _tensors(card)))
 

@@ -35,8 +35,9 @@ from ...contract import Candidate
 from ...expression import SOFTMAX_OP, n_inputs, parse, result_dtype
 from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMEM_LIMIT, SMS,
                      align_of, best_vec, cdiv, clamp, consts, filter_actions, knob, launch, main_input,
-                     make_candidate, output_spec, pow2_ceil, row_fill, row_loop, scale_knob, typedefs, vec_ok)
-from .fused import _functions, _value_lines
+                     make_candidate, output_spec, pow2_ceil, row_fill, row_loop, row_offset, row_strides, scale_knob,
+                     typedefs, vec_ok)
+from .fused import device_functions, value_lines
 
 OPS = ("aten._softmax.default", "aten._log_softmax.default")
 STRATEGIES = ("group", "block", "cluster", "split")
@@ -98,28 +99,12 @@ def _specs(card: OperatorCard) -> list:
     return [main_input(card), output_spec(card, 0)]
 
 
-def _row_strides(card: OperatorCard, index: int) -> list[tuple[int, int, int]]:
-    """(divisor, size, stride) per leading dim that moves input ``index``: the row's index in that dim is
-    ``row / divisor % size``, and it moves the input by ``stride`` elements (0-stride broadcast dims left out)."""
-    y, x = output_spec(card, 0), card.inputs[index].spec
-    lead = len(y.shape) - 1
-    pad = len(y.shape) - len(x.shape)
-    out, divisor = [], 1
-    for d in range(lead - 1, -1, -1):
-        size = y.shape[d]
-        own = x.shape[d - pad] if d >= pad else 1
-        if size > 1 and own > 1:
-            out.append((divisor, size, x.stride[d - pad]))
-        divisor *= size
-    return out
-
-
 def _vec_ok(card: OperatorCard, vec: int) -> bool:
     """``vec_ok``, and for a fused card every input's row offset a multiple of ``vec``."""
     if not vec_ok(vec, card.sizes["cols"], _specs(card)):
         return False
-    return not _fused(card) or all(st % vec == 0 for i in range(len(card.inputs))
-                                   for _, _, st in _row_strides(card, i))
+    return not _fused(card) or all(st % vec == 0 for t in card.inputs
+                                   for _, _, st in row_strides(output_spec(card, 0), t.spec))
 
 
 def _best_vec(card: OperatorCard) -> int:
@@ -297,22 +282,17 @@ def _in_args(card: OperatorCard) -> list[str]:
     return [f"in:{t.name}" for t in card.inputs] if _fused(card) else ["in:self"]
 
 
-def _row_offset(card: OperatorCard, index: int) -> str:
-    terms = [f"(row / {div}LL % {size}) * {stride}LL" if div > 1 else f"(row % {size}) * {stride}LL"
-             for div, size, stride in _row_strides(card, index)]
-    return " + ".join(terms) or "0"
-
-
 def _fused_loader(card: OperatorCard) -> str:
     """Types and functions of a fused prologue: XRow (each input at a row), x_row, fx (the expression per element,
     rounded as fused.py rounds) and ldx / ldx_cs, which load a pack of every input and return a pack of T."""
     root = parse(str(card.scalars["expr"]))
     k = len(card.inputs)
-    lines = _value_lines(root, [t.spec.dtype for t in card.inputs])
+    lines = value_lines(root, [t.spec.dtype for t in card.inputs])
     ptrs = " ".join(f"const T{i}* p{i};" for i in range(k))
     plus = ", ".join(f"p{i} + c" for i in range(k))
     params = ", ".join(f"const T{i}* x{i}" for i in range(k))
-    at_row = ", ".join(f"x{i} + ({_row_offset(card, i)})" for i in range(k))
+    y = output_spec(card, 0)
+    at_row = ", ".join(f"x{i} + ({row_offset(y, t.spec)})" for i, t in enumerate(card.inputs))
 
     def loader(name: str, load: str) -> str:
         packs = " ".join(f"const Pack<T{i}, N> q{i} = {load}<T{i}, N>(a.p{i});" for i in range(k))
@@ -325,7 +305,7 @@ def _fused_loader(card: OperatorCard) -> str:
   return r;
 }}"""
     return f"""{typedefs(**{f"T{i}": t.spec.dtype for i, t in enumerate(card.inputs)})}
-{_functions(root)}
+{device_functions(root)}
 struct XAt {{ {ptrs} }};
 struct XRow {{
   {ptrs}

@@ -1,0 +1,57 @@
+"""The epilogue of a row-norm kernel (``kforge.norm``, norm_fusion.py): which card inputs feed it, whether the
+kernels can index them, and the per-element device function ``ep`` (fused.py's code and rounding).
+
+The card's expression numbers its inputs x0..xk; ``norm_out`` is the norm's own output, every other ``x<i>`` is a
+card input of that name. Used by norm.py's row kernels only.
+"""
+from __future__ import annotations
+
+from ...cards import OperatorCard
+from ...expression import NORM_OP, n_inputs, parse, result_dtype
+from .common import FLOAT_DTYPES, input_spec, main_input, output_spec
+from .fused import device_functions, value_lines
+
+
+def extras(card: OperatorCard) -> list:
+    """A ``kforge.norm`` card's epilogue inputs x<i> (named by their index in its expression), in card order."""
+    return [t for t in card.inputs if t.name.startswith("x") and t.name[1:].isdigit()] if card.op == NORM_OP else []
+
+
+def epilogue_ok(card: OperatorCard) -> bool:
+    """The expression parses, names x0..xk with ``norm_out`` the norm's output and the rest the extra inputs, gives
+    the output's dtype, and every extra input is dense, last dim the row's at stride 1, broadcasting over rows."""
+    try:
+        root = parse(str(card.scalars.get("expr", "")))
+    except ValueError:
+        return False
+    k, x, y = card.scalars.get("norm_out"), main_input(card), output_spec(card, 0)
+    names = {t.name for t in extras(card)}
+    if not isinstance(k, int) or names != {f"x{i}" for i in range(n_inputs(root)) if i != k}:
+        return False
+    dtypes = [x.dtype if i == k else input_spec(card, f"x{i}").dtype for i in range(n_inputs(root))]
+    if any(d not in FLOAT_DTYPES for d in dtypes) or result_dtype(root, dtypes) != y.dtype:
+        return False
+    for t in extras(card):
+        e = t.spec
+        if not e.shape or len(e.shape) > len(y.shape) or e.shape[-1] != y.shape[-1] or e.stride[-1] != 1:
+            return False
+        if any(a not in (1, b) for a, b in zip(reversed(e.shape), reversed(y.shape))):
+            return False
+    return True
+
+
+def epilogue_function(card: OperatorCard) -> str:
+    """``ep(a0, ..., ak)``: a ``kforge.norm`` card's expression per element (empty for a plain norm)."""
+    if card.op != NORM_OP:
+        return ""
+    root, k = parse(str(card.scalars["expr"])), int(card.scalars["norm_out"])
+    n = n_inputs(root)
+    dtypes = [main_input(card).dtype if i == k else input_spec(card, f"x{i}").dtype for i in range(n)]
+    lines = value_lines(root, dtypes)
+    return f"""
+{device_functions(root)}
+// epilogue: {card.scalars["expr"]} (x{k} is the norm's output)
+__device__ __forceinline__ float ep({", ".join(f"float a{i}" for i in range(n))}) {{
+{chr(10).join(lines)}
+  return t{len(lines) - 1};
+}}"""
