@@ -226,21 +226,23 @@ def test_root_strategies_fit_the_shape() -> None:
     assert pick("softmax_router_f32")["strategy"] == "group"
     assert pick("pool_nchw_f16")["strategy"] == "tile"
     assert pick("pool_cl_f16")["strategy"] == "cl"
-    assert pick("group_norm_vae_bf16")["strategy"] == "sync"
+    assert pick("group_norm_vae_bf16") == {"strategy": "sync", "vec": 8, "block": 512, "bpt": 128, "cache": "none",
+                                           "stream": True}  # the probe's best for 2 MB groups
+    assert pick("softmax_logits_f32")["cache"] == "smem"  # 64 KB chunks: the probe's best
+    assert pick("softmax_logits_bf16")["cache"] == "reg"  # 32 KB chunks: registers tie
     assert pick("group_norm_big_f32")["strategy"] == "split"  # 16 MB groups: too many chunks to keep resident
     assert pick("softmax_4097_f32")["vec"] == 1  # 4097 * 4 bytes is not a multiple of 16
 
 
 def test_cluster_softmax_can_keep_its_chunk_in_shared_memory() -> None:
     """cache=smem: the chunk (64 KB of a 1 MB fp32 row over 16 blocks) is dynamic shared memory, so the launch asks
-    for it, and the search reaches it from the register-cached root in one action."""
+    for it; it is the root there, and registers are one action away."""
     from forge_backend.search.templates import softmax as sm
 
     card = CARDS["softmax_logits_f32"][0]()
-    root = sm.root_params(card)
-    assert root["strategy"] == "cluster" and root["cache"] == "reg"
-    acts = dict(sm.actions(card, root))
-    smem = acts["cache reg -> smem"]
+    smem = sm.root_params(card)
+    assert smem["strategy"] == "cluster" and smem["cache"] == "smem"
+    root = dict(sm.actions(card, smem))["cache smem -> reg"]
     launches, _ = resolve_plan(sm.generate(card, smem), card.sizes, card.floats)
     assert launches[0].smem == 262144 // root["cs"] * 4
     _compile_once(sm.generate(card, smem))
@@ -256,7 +258,7 @@ def test_group_norm_sync_can_keep_its_chunk_in_shared_memory() -> None:
     card = CARDS["group_norm_vae_bf16"][0]()
     root = norm.root_params(card)
     assert root["strategy"] == "sync"
-    smem = dict(norm.actions(card, root))["cache reg -> smem"]
+    smem = dict(norm.actions(card, root))["cache none -> smem"]
     big = {**smem, "bpt": 512, "block": 256}  # 128 KB of chunk per block: beyond what registers could hold
     assert norm.valid(card, big) and not norm.valid(card, {**big, "cache": "reg"})
     launches, _ = resolve_plan(norm.generate(card, big), card.sizes, card.floats)

@@ -147,7 +147,11 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
         cs = next((c for c in (2, 4, 8, 16) if _chunk(cols, c, vec) * isz <= 32 * 1024 and rows * c >= 2 * SMS), 16)
         chunk = _chunk(cols, cs, vec)
         block = clamp(pow2_ceil(cdiv(chunk, vec * 8)), 128, 1024)
-        return {"strategy": "cluster", "vec": vec, "block": block, "cs": cs, "cache": "reg", "stream": False}
+        # a 32-64 KB chunk goes to shared memory: [64, 262144] fp32 (64 KB chunks) ran 44.4 us with cache=smem
+        # against 47.0 us in registers, same run (benchmarks/results/h200/probe_smem_softmax.json); bf16's 32 KB
+        # chunks tie (27.1 vs 27.3 us) and stay in registers
+        cache = "smem" if 32 * 1024 < chunk * isz <= 64 * 1024 else "reg"
+        return {"strategy": "cluster", "vec": vec, "block": block, "cs": cs, "cache": cache, "stream": False}
     splits = clamp(cdiv(8 * SMS, rows), 2, max(2, cols // 8192))  # ~8 blocks per SM, chunks of >= 8K elements
     return {"strategy": "split", "vec": vec, "block": 512, "splits": splits, "reverse": True, "stream": False}
 
