@@ -13,21 +13,18 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_models
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def first_call_s(fn, inputs) -> float:
-    import torch
+    """Seconds of the first call (compile + one forward): bench_models' timer, without its output."""
+    from bench_models import first_call_s as timed
 
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn(*inputs)
-    torch.cuda.synchronize()
-    return time.perf_counter() - t0
+    return timed(fn, inputs)[0]
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from .capture import scan
 from .cards import OperatorCard
 from .config import KforgeConfig
 from .errors import BadOption
-from .expression import FUSED_OP, NORM_OP
+from .expression import FUSED_OP
 from .inductor_gate import charged_bytes, host_cost_us, inductor_reorders_layout, replaces
 from .node_decompose import NotDecomposable, decompose_nodes
 from .registry import REGISTRY, KernelImpl
@@ -503,7 +503,7 @@ def _plan_and_rewrite(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: Ker
     # docstring)
     for c in sorted(found.candidates, key=lambda c: 2 if c.group is None else 1 if c.group.op == FUSED_OP else 0):
         impl = impls.get(c.signature.key())
-        if impl is None or c.node in taken or (c.group is not None and taken.intersection(c.group.members)):
+        if impl is None or taken.intersection(c.group.members if c.group is not None else (c.node,)):
             continue
         if cfg.inner == "inductor" and "inductor_us" in impl.extra and not replaces(
                 impl.extra["kforge_us"], impl.extra["inductor_us"], bytes_min[impl.key],
@@ -514,9 +514,8 @@ def _plan_and_rewrite(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: Ker
         replacements.append(Replacement(c.node, c.signature, impl, c.group))
         report.replaced.append((c.signature.op, impl.key, impl.speedup))
         taken.update(c.group.members if c.group is not None else ())
-        if c.group is not None and c.group.op != FUSED_OP:  # the overload inside the group counts as replaced
-            report.fused_overloads.add(str(c.group.members[0].target) if c.group.op == NORM_OP else
-                                       "aten._softmax.default")
+        if c.group is not None and c.group.anchor is not None:  # the overload inside the group counts as replaced
+            report.fused_overloads.add(str(c.group.anchor.target))
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     replacements.sort(key=lambda r: order[r.node])  # graph order, as before groups went first
     apply(gm, replacements, direct=cfg.inner == "eager")

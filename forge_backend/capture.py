@@ -18,9 +18,9 @@ from .errors import UnsupportedNode
 from .expression import FUSED_OP, NORM_OP
 from .fusion import Group, find_groups, group_signature
 from .rewrite import is_getitem
+from .norm_fusion import find_norm_groups, norm_group_signature
 from .selection import is_candidate
 from .signature import OpSignature, signature_of
-from .norm_fusion import find_norm_groups, norm_group_signature
 from .softmax_fusion import find_softmax_groups
 
 log = logging.getLogger("kforge")
@@ -46,10 +46,10 @@ class GraphScan:
 def scan(gm: torch.fx.GraphModule, families: tuple[str, ...] = (), inner: str = "eager",
          fuse: bool = False, fuse_softmax: bool = False, fuse_norm: bool = False) -> GraphScan:
     """Find candidate nodes (with ``fuse``, pointwise groups; with ``fuse_softmax``, softmaxes with their pointwise
-    neighbours; with ``fuse_norm``, layer/rms norms with their pointwise epilogue) and describe each. Nodes that cannot be described are skipped with a reason. A softmax group may
-    overlap a pointwise group and its own nodes stay candidates (Note [a softmax takes its neighbours]): the
-    rewrite takes softmax groups first, then pointwise groups, then single nodes, each only if none of its nodes
-    was taken."""
+    neighbours; with ``fuse_norm``, layer/rms norms with their pointwise epilogue) and describe each. Nodes that
+    cannot be described are skipped with a reason. A softmax or norm group may overlap a pointwise group, and its
+    own nodes stay candidates (Note [a softmax takes its neighbours]): the rewrite takes softmax and norm groups
+    first, then pointwise groups, then single nodes, each only if none of its nodes was taken."""
     candidates: list[CandidateNode] = []
     skipped: list[tuple[str, str]] = []
     ops_seen = 0
@@ -61,7 +61,7 @@ def scan(gm: torch.fx.GraphModule, families: tuple[str, ...] = (), inner: str = 
             groups.setdefault(g.output, []).append(g)
     if fuse_norm:
         for g in find_norm_groups(gm.graph):
-            if is_candidate(str(g.members[0].target), families, inner):
+            if is_candidate(str(g.anchor.target), families, inner):
                 groups.setdefault(g.output, []).append(g)
     members = {m for gs in groups.values() for g in gs if g.op == FUSED_OP for m in g.members}
     for node in gm.graph.nodes:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import roofline
-from .expression import FUSED_OP, NORM_OP, SOFTMAX_OP, aten_text, parse
+from .expression import FUSED_OP, NORM_OP, SOFTMAX_OP, aten_text, is_input_name, parse
 from .selection import family_of
 from .signature import OpSignature, TensorSpec
 
@@ -145,7 +145,7 @@ def reference_call(sig: OpSignature) -> str:
     if sig.op == NORM_OP:
         s = sig.scalar_args()
         base = ", ".join(a.name if a.tensor is not None else f"{a.name}={a.value!r}" for a in sig.args
-                         if a.name not in ("expr", "norm", "norm_out") and not (a.name[1:].isdigit() and a.name[0] == "x"))
+                         if a.name not in ("expr", "norm", "norm_out") and not is_input_name(a.name))
         return f"x{s['norm_out']} = torch.ops.{s['norm']}({base})[0]; {aten_text(parse(s['expr']))}"
     if sig.op == SOFTMAX_OP:
         return (f"torch.ops.aten._softmax.default({aten_text(parse(sig.scalar_args()['expr']))}, -1, False)"

@@ -167,7 +167,7 @@ class _Parser:
             return Const(_number(tok))
         if kind != "name":
             raise self.fail(f"unexpected {tok!r}")
-        if re.fullmatch(r"x(?:0|[1-9]\d*)", tok):
+        if is_input_name(tok):
             return Input(int(tok[1:]))
         if tok not in OPS:
             raise self.fail(f"unknown op {tok!r}; known: {', '.join(OPS)}")
@@ -238,6 +238,11 @@ def distinct_calls(e: Expr) -> list[Call]:
 
     visit(e)
     return list(seen)
+
+
+def is_input_name(name: str) -> bool:
+    """``x0``, ``x1``, ...: the name of an expression input, as signatures and cards name them."""
+    return bool(re.fullmatch(r"x(?:0|[1-9]\d*)", name))
 
 
 def n_inputs(e: Expr) -> int:

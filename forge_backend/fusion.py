@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 import torch.fx
@@ -44,7 +44,8 @@ class Group:
     members: tuple[torch.fx.Node, ...]  # in graph order; the output last
     inputs: tuple[torch.fx.Node, ...]  # external tensor inputs, x0..xk
     expr: str
-    op: str = FUSED_OP  # or SOFTMAX_OP: a softmax with its prologue (``expr``) and cast (softmax_fusion.py)
+    op: str = FUSED_OP  # SOFTMAX_OP: softmax_fusion.py; NORM_OP: norm_fusion.py
+    anchor: torch.fx.Node | None = None  # the softmax / norm node the group is built around (None: pointwise)
 
 
 @dataclass(frozen=True)
@@ -98,8 +99,7 @@ def node_call(node: torch.fx.Node, broadcast: bool = False) -> _NodeCall | None:
     operands = (first,) + ((args["other"],) if op.arity == 2 else ())
     for i, a in enumerate(operands):
         tensor = isinstance(a, torch.fx.Node)
-        if tensor and not (dense_float(a.meta.get("val"), tuple(val.shape)) or
-                           (broadcast and row_strided_float(a.meta.get("val")) and _broadcasts(a.meta["val"], val))):
+        if tensor and not (dense_float(a.meta.get("val"), tuple(val.shape)) or (broadcast and _smaller(a, val))):
             return None
         if tensor and a.meta["val"].device != val.device:
             return None
@@ -111,11 +111,22 @@ def node_call(node: torch.fx.Node, broadcast: bool = False) -> _NodeCall | None:
     return _NodeCall(op, operands, None if alpha == 1 else alpha)
 
 
-def _broadcasts(small: torch.Tensor, full: torch.Tensor) -> bool:
-    """``small`` broadcasts to ``full``'s shape (dims of 1 or equal, aligned from the right)."""
-    if small.dim() > full.dim():
-        return False
-    return all(s in (1, f) for s, f in zip(reversed(small.shape), reversed(full.shape)))
+def _smaller(a: torch.fx.Node, val: torch.Tensor) -> bool:
+    """An operand that broadcasts to ``val`` with a contiguous last dim (``node_call``'s ``broadcast``)."""
+    return row_strided_float(a.meta.get("val")) and _broadcasts(a.meta["val"].shape, val.shape)
+
+
+def _broadcasts(small: Sequence[int], full: Sequence[int]) -> bool:
+    """Shape ``small`` broadcasts to shape ``full`` (dims of 1 or equal, aligned from the right)."""
+    return len(small) <= len(full) and all(s in (1, f) for s, f in zip(reversed(small), reversed(full)))
+
+
+def row_input(node: torch.fx.Node, full: tuple[int, ...]) -> bool:
+    """An input a row kernel over ``full`` (rows x last dim) can index: its last dim is the row's, contiguous;
+    any strides over the leading dims, which may broadcast (the [1, 1, S, S] mask, adaLN's ``shift[:, None]``)."""
+    val = node.meta.get("val")
+    return (row_strided_float(val) and val.shape[-1] == full[-1] and val.stride(-1) == 1
+            and _broadcasts(val.shape, full))
 
 
 def _pick_op(target: str, args: dict[str, Any], val: torch.Tensor) -> PointwiseOp | None:

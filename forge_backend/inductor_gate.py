@@ -25,11 +25,10 @@ with every one of them charged for its fused SiLU and left to Inductor, 35.2 aga
 """
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.fx
 
+from .fusion import Group
 from .rewrite import is_getitem
 
 HOST_COST_US = 5.0  # extra host time of an extern kforge call over an Inductor-generated launch (see the Note)
@@ -66,7 +65,7 @@ def _has_pointwise_user(node: torch.fx.Node, depth: int = 4) -> bool:
     return False
 
 
-def fused_traffic_bytes(node: torch.fx.Node, group: Any = None) -> int:
+def fused_traffic_bytes(node: torch.fx.Node, group: Group | None = None) -> int:
     """Bytes that become real memory traffic when ``node`` is an extern call instead of Inductor's fused code: 2x
     each input made by a pointwise op and each output read by one (a multi-output node's outputs are its
     ``getitem`` users). For a fused group (``node`` its output), the group's inputs are the inputs."""
@@ -91,7 +90,7 @@ def inductor_reorders_layout(gm: torch.fx.GraphModule) -> bool:
         return False
 
 
-def charged_bytes(node: torch.fx.Node, layout_reordered: bool, group: Any = None) -> int:
+def charged_bytes(node: torch.fx.Node, layout_reordered: bool, group: Group | None = None) -> int:
     """``fused_traffic_bytes``, except for 4-D nodes of a graph Inductor runs channels-last (see the Note)."""
     val = node.all_input_nodes[0].meta.get("val") if node.all_input_nodes else None
     if layout_reordered and isinstance(val, torch.Tensor) and val.dim() == 4 and group is None:

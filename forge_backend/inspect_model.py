@@ -67,7 +67,8 @@ def model_cards(spec: str, families: tuple[str, ...] = (), inner: str | None = N
     ops that ``inner`` leaves to its own code generation (``selection.INDUCTOR_KEEPS``) are dropped, so one capture
     serves both and does not depend on Inductor's plans for a graph."""
     loaded = load(spec)
-    inner = inner or KforgeConfig.load({"families": families}).inner
+    cfg = KforgeConfig.load({"families": families})
+    inner = inner or cfg.inner
     provider = RecordingProvider()
     reports: list[CompileReport] = []
     backend = make_backend(provider=provider, on_report=reports.append)
@@ -82,6 +83,5 @@ def model_cards(spec: str, families: tuple[str, ...] = (), inner: str | None = N
 
         dev = torch.device("cuda", torch.cuda.current_device())
         bw, source = copy_bandwidth(dev, KforgeConfig.load().cache_dir), f"measured on {torch.cuda.get_device_name()}"
-    cfg = KforgeConfig.load({"families": families})
     cards = [c for c in merge_cards(provider.cards) if looked_up(c, families, inner, cfg)]
     return ModelCards(cards, sum(r.ops_seen for r in reports), sum(c.occurrences for c in cards), bw, source, reports)

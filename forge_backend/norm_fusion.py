@@ -1,12 +1,12 @@
 """A row norm that takes the pointwise ops after it: one kernel for ``expr(layer_norm(x), x1..xk)``.
 
 Note [a norm takes its epilogue]
-Diffusion transformers modulate every norm: SD3.5's MMDiT computes ``layer_norm(x) * (1 + scale[:, None]) +
-shift[:, None]`` (adaLN) before each attention and MLP. Inductor fuses the modulation into its layer-norm kernel, so
-a kforge layer norm alone makes the normalised tensor real and loses inside Inductor (on the H200 the gate kept 10 of
-MMDiT's candidate nodes with Inductor for their fusions, fifth session), although Inductor's fused kernels there run at ~25% of the
-copy bandwidth (23.9 us for [1, 4096, 1536] bf16, whose bytes allow 6 us; benchmarks/results/h200/
-kernels_sd35_mmdit_inductor.txt). This is the softmax's story (Note [a softmax takes its neighbours]) on the other
+Diffusion transformers modulate every norm: SD3.5's MMDiT computes
+``layer_norm(x) * (1 + scale[:, None]) + shift[:, None]`` (adaLN) before each attention and MLP. Inductor fuses
+the modulation into its layer-norm kernel, so a kforge layer norm alone makes the normalised tensor real and loses
+inside Inductor (on the H200 the gate kept 10 of MMDiT's candidate nodes with Inductor for their fusions, fifth
+session), although Inductor's fused kernels there run at ~25% of the copy bandwidth (23.9 us for [1, 4096, 1536]
+bf16, whose bytes allow 6 us; benchmarks/results/h200/kernels_sd35_mmdit_inductor.txt). This is the softmax's story (Note [a softmax takes its neighbours]) on the other
 side of the reduction.
 
 So with ``fuse_norm`` a ``native_layer_norm`` or ``_fused_rms_norm`` whose only used output is the normalised
@@ -27,7 +27,7 @@ import torch
 import torch.fx
 
 from .expression import NORM_OP, to_text
-from .fusion import Group, dense_float, row_strided_float, describe, expression_of, node_call
+from .fusion import Group, dense_float, describe, expression_of, node_call, row_input
 from .signature import ArgSpec, OpSignature, TensorSpec, signature_of
 
 NORMS = ("aten.native_layer_norm.default", "aten._fused_rms_norm.default")
@@ -55,15 +55,6 @@ def _normalised(norm: torch.fx.Node) -> torch.fx.Node | None:
     return users[0] if dense_float(users[0].meta.get("val")) else None
 
 
-def _input_ok(n: torch.fx.Node, full: tuple[int, ...]) -> bool:
-    """An extra input the kernel can index: last dim contiguous and the row's (no broadcast along it), any strides
-    over the leading dims, which may broadcast to ``full``."""
-    val = n.meta.get("val")
-    return (row_strided_float(val) and 1 <= val.dim() <= len(full) and val.shape[-1] == full[-1]
-            and val.stride(-1) == 1
-            and all(a in (1, b) for a, b in zip(reversed(val.shape), reversed(full))))
-
-
 def _group_at(norm: torch.fx.Node) -> Group | None:
     y = _normalised(norm)
     if y is None:
@@ -78,7 +69,7 @@ def _group_at(norm: torch.fx.Node) -> Group | None:
         if call is None or not isinstance(val, torch.Tensor) or tuple(val.shape) != full:
             break
         others = [a for a in call.operands if isinstance(a, torch.fx.Node) and a is not cur]
-        if any(a is norm or a is y or a in chain or not _input_ok(a, full) for a in others):
+        if any(a is norm or a is y or a in chain or not row_input(a, full) for a in others):
             break
         chain.append(nxt)
         cur = nxt
@@ -93,12 +84,12 @@ def _group_at(norm: torch.fx.Node) -> Group | None:
     base = [a for a in norm.all_input_nodes]
     extra = [n for n in ep_inputs if n is not y]
     dead = [u for u in norm.users if u is not y]  # unused getitems (mean, rstd) go with the norm
-    return Group(cur, (norm, *dead, y, *chain), tuple(base + extra), text, op=NORM_OP)
+    return Group(cur, (norm, *dead, y, *chain), tuple(base + extra), text, op=NORM_OP, anchor=norm)
 
 
 def _parts(group: Group) -> tuple[torch.fx.Node, torch.fx.Node, tuple[torch.fx.Node, ...]]:
     """(the norm, its output ``getitem(norm, 0)``, the epilogue chain)."""
-    norm = group.members[0]
+    norm = group.anchor
     i = next(i for i, m in enumerate(group.members) if m.args and m.args[0] is norm and m.args[1:] == (0,))
     return norm, group.members[i], group.members[i + 1:]
 

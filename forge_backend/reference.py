@@ -1,15 +1,15 @@
-"""Call the original ATen op for a signature: the reference for the verifier, the eager baseline for the timer,
-and the fallback when a call-time precondition fails. A fused ``kforge.pointwise`` signature runs its expression's
-ATen ops, in eager's order and dtypes (expression.evaluate); a ``kforge.softmax`` signature runs its expression, then
-``_softmax`` over the last dim, then the cast to its output's dtype (softmax_fusion.py); a ``kforge.norm`` signature runs
-its norm, then its expression with the norm's output as input ``norm_out`` (norm_fusion.py)."""
+"""Call the original ATen op for a signature: the reference for the verifier, the eager baseline for the timer, and the
+fallback when a call-time precondition fails. A fused ``kforge.pointwise`` signature runs its expression's ATen ops,
+in eager's order and dtypes (expression.evaluate); a ``kforge.softmax`` signature runs its expression, then
+``_softmax`` over the last dim, then the cast to its output's dtype (softmax_fusion.py); a ``kforge.norm`` signature
+runs its norm, then its expression with the norm's output as input ``norm_out`` (norm_fusion.py)."""
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 import torch
 
-from .expression import FUSED_OP, NORM_OP, SOFTMAX_OP, evaluate
+from .expression import FUSED_OP, NORM_OP, SOFTMAX_OP, evaluate, is_input_name
 from .signature import OpSignature
 
 
@@ -40,8 +40,8 @@ def call_aten(sig: OpSignature, inputs: Sequence[torch.Tensor], **overrides: Any
     if sig.op == SOFTMAX_OP:
         x = evaluate(str(sig.scalar_args()["expr"]), inputs)
         out = torch.ops.aten._softmax.default(x, -1, False)
-        dtype = getattr(torch, sig.outputs[0].dtype)
-        return [out if out.dtype == dtype or inputs[0].dtype == torch.float64 else out.to(dtype)]
+        # the verifier's float64 reference keeps the softmax unrounded; everything else casts as the graph did
+        return [out if inputs[0].dtype == torch.float64 else out.to(getattr(torch, sig.outputs[0].dtype))]
     if sig.op == NORM_OP:
         return [_norm_then_expression(sig, inputs)]
     fn = aten_overload(sig.op)
@@ -64,14 +64,10 @@ def _norm_then_expression(sig: OpSignature, inputs: Sequence[torch.Tensor]) -> t
     """``kforge.norm``: the norm on its own arguments, then the expression over its output and the extra inputs."""
     scalars = sig.scalar_args()
     names = [name for name, _ in sig.tensor_args()]
-    extra = {name: t for name, t in zip(names, inputs) if _is_extra(name)}
-    base_args = tuple(a for a in sig.args if not _is_extra(a.name) and a.name not in ("expr", "norm", "norm_out"))
+    extra = {name: t for name, t in zip(names, inputs) if is_input_name(name)}
+    base_args = tuple(a for a in sig.args if not is_input_name(a.name) and a.name not in ("expr", "norm", "norm_out"))
     base = OpSignature(str(scalars["norm"]), base_args, sig.outputs, (0,), sig.arch)
-    [y] = call_aten(base, [t for name, t in zip(names, inputs) if not _is_extra(name)])
+    [y] = call_aten(base, [t for name, t in zip(names, inputs) if not is_input_name(name)])
     k = int(scalars["norm_out"])
     operands = [y if i == k else extra[f"x{i}"] for i in range(len(extra) + 1)]
     return evaluate(str(scalars["expr"]), operands)
-
-
-def _is_extra(name: str) -> bool:
-    return name.startswith("x") and name[1:].isdigit()

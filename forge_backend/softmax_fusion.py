@@ -14,9 +14,9 @@ So a ``_softmax`` over the last dim is captured with its neighbours as one candi
 
 - its prologue: the connected pointwise nodes (expression.OPS; Inductor's ``prims.convert_element_type`` reads as
   a cast) that produce its input, each of the input's full shape and used only inside the group. Their other tensor
-  operands are the group's inputs x0..xk, dense and in their own layout; one may broadcast to the full shape (the
-  [1, 1, S, S] mask) but not along the softmax's dim. At least one prologue node is required: a plain softmax is
-  the ``aten._softmax`` signature;
+  operands are the group's inputs x0..xk, in their own layout as long as the softmax's dim is contiguous; one may
+  broadcast over the leading dims (the [1, 1, S, S] mask) but not along the softmax's dim (``fusion.row_input``).
+  At least one prologue node is required: a plain softmax is the ``aten._softmax`` signature;
 - its epilogue: one cast of the result, when that cast is the softmax's only user.
 
 The group's signature is op ``kforge.softmax`` with the prologue's printed expression (expression.py) and the
@@ -32,7 +32,7 @@ import torch
 import torch.fx
 
 from .expression import SOFTMAX_OP, to_text
-from .fusion import MAX_MEMBERS, Group, dense_float, describe, expression_of, node_call
+from .fusion import MAX_MEMBERS, Group, dense_float, describe, expression_of, node_call, row_input
 
 _SOFTMAX = "aten._softmax.default"
 
@@ -78,12 +78,6 @@ def _prologue(x: torch.fx.Node, softmax: torch.fx.Node) -> set[torch.fx.Node]:
     return members
 
 
-def _input_ok(n: torch.fx.Node, full: tuple[int, ...]) -> bool:
-    """An input the kernel can index: dense, broadcasting to ``full`` but not along the last dim."""
-    val = n.meta.get("val")
-    return dense_float(val) and val.dim() <= len(full) and val.dim() >= 1 and val.shape[-1] == full[-1]
-
-
 def _group_at(softmax: torch.fx.Node, order: dict[torch.fx.Node, int]) -> Group | None:
     if not _last_dim(softmax):
         return None
@@ -96,7 +90,7 @@ def _group_at(softmax: torch.fx.Node, order: dict[torch.fx.Node, int]) -> Group 
         return None
     text, inputs = described
     full = tuple(softmax.meta["val"].shape)
-    if not all(_input_ok(n, full) for n in inputs):
+    if not all(row_input(n, full) for n in inputs):
         return None
     output, tail = softmax, [softmax]
     users = list(softmax.users)
@@ -105,16 +99,12 @@ def _group_at(softmax: torch.fx.Node, order: dict[torch.fx.Node, int]) -> Group 
         if call is not None and call.op.dtype is not None:
             output = users[0]
             tail.append(output)
-    return Group(output, tuple(members + tail), tuple(inputs), text, op=SOFTMAX_OP)
-
-
-def softmax_of(group: Group) -> torch.fx.Node:
-    return next(m for m in group.members if str(m.target) == _SOFTMAX)
+    return Group(output, tuple(members + tail), tuple(inputs), text, op=SOFTMAX_OP, anchor=softmax)
 
 
 def prologue_inputs(group: Group) -> list[torch.fx.Node]:
     """The group's inputs as the graph stands now (an earlier replacement may have re-pointed them)."""
-    softmax = softmax_of(group)
+    softmax = group.anchor
     prologue = group.members[:group.members.index(softmax)]
     root, inputs, _ = describe(softmax.args[0], prologue, broadcast=True)
     if to_text(root) != group.expr:

@@ -122,7 +122,8 @@ class CudaProvider:
         from .. import __version__
 
         keys = self.store.keys()
-        text = json.dumps([__version__, cfg.families, cfg.margin, cfg.check, cfg.strict, cfg.search, cfg.fuse_softmax, cfg.fuse_norm,
+        text = json.dumps([__version__, cfg.families, cfg.margin, cfg.check, cfg.strict, cfg.search,
+                           cfg.fuse_softmax, cfg.fuse_norm,
                            torch.cuda.get_device_capability() if torch.cuda.is_available() else None, keys])
         return hashlib.sha256(text.encode()).hexdigest()
 

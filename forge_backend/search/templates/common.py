@@ -295,6 +295,18 @@ def row_strides(out: TensorSpec, x: TensorSpec) -> list[tuple[int, int, int]]:
     return strides
 
 
+def broadcasts_over_rows(x: TensorSpec, out: TensorSpec) -> bool:
+    """``x`` is a row input of ``out``: same last dim at stride 1, leading dims of 1 or ``out``'s (aligned right)."""
+    if not x.shape or len(x.shape) > len(out.shape) or x.shape[-1] != out.shape[-1] or x.stride[-1] != 1:
+        return False
+    return all(a in (1, b) for a, b in zip(reversed(x.shape), reversed(out.shape)))
+
+
+def rows_aligned(vec: int, out: TensorSpec, xs: Iterable[TensorSpec]) -> bool:
+    """Every row of every ``x`` starts on a whole pack of ``vec`` elements."""
+    return all(st % vec == 0 for x in xs for _, _, st in row_strides(out, x))
+
+
 def row_offset(out: TensorSpec, x: TensorSpec, row: str = "row") -> str:
     """C++ for the element offset of row ``row`` of ``x`` (see ``row_strides``)."""
     terms = [f"({row} / {div}LL % {size}) * {stride}LL" if div > 1 else f"({row} % {size}) * {stride}LL"

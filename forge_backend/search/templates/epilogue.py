@@ -7,14 +7,14 @@ card input of that name. Used by norm.py's row kernels only.
 from __future__ import annotations
 
 from ...cards import OperatorCard
-from ...expression import NORM_OP, n_inputs, parse, result_dtype
-from .common import FLOAT_DTYPES, input_spec, main_input, output_spec
+from ...expression import NORM_OP, is_input_name, n_inputs, parse, result_dtype
+from .common import FLOAT_DTYPES, broadcasts_over_rows, input_spec, main_input, output_spec
 from .fused import device_functions, value_lines
 
 
 def extras(card: OperatorCard) -> list:
     """A ``kforge.norm`` card's epilogue inputs x<i> (named by their index in its expression), in card order."""
-    return [t for t in card.inputs if t.name.startswith("x") and t.name[1:].isdigit()] if card.op == NORM_OP else []
+    return [t for t in card.inputs if is_input_name(t.name)] if card.op == NORM_OP else []
 
 
 def epilogue_ok(card: OperatorCard) -> bool:
@@ -31,13 +31,7 @@ def epilogue_ok(card: OperatorCard) -> bool:
     dtypes = [x.dtype if i == k else input_spec(card, f"x{i}").dtype for i in range(n_inputs(root))]
     if any(d not in FLOAT_DTYPES for d in dtypes) or result_dtype(root, dtypes) != y.dtype:
         return False
-    for t in extras(card):
-        e = t.spec
-        if not e.shape or len(e.shape) > len(y.shape) or e.shape[-1] != y.shape[-1] or e.stride[-1] != 1:
-            return False
-        if any(a not in (1, b) for a, b in zip(reversed(e.shape), reversed(y.shape))):
-            return False
-    return True
+    return all(broadcasts_over_rows(t.spec, y) for t in extras(card))
 
 
 def epilogue_function(card: OperatorCard) -> str:

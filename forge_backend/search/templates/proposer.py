@@ -4,15 +4,14 @@ At the root (PyTorch's kernel, no candidate) it proposes the family's root param
 each other strategy, then the one-knob neighbours of the seeds whose nodes *failed* (labelled with the seed they
 come from). The MCTS never expands a failed node, so without them a card whose seeds all fail verification had
 nothing left to try: on the H200, group_norm [1,128,1024,1024] fp32 has one valid strategy, its root failed a
-tolerance check on one output, and the search stopped "exhausted" after one iteration. A seed that passed is expanded
-as usual (its neighbours are its children), so a normal search spends its iterations as before; offering every
-seed's neighbours at the root spread 8-iteration searches thin (group norms 3-14% slower in one H200 run). Below a template node it proposes one untried one-knob action of the parent's params, picked with
-the search's rng. Params already proposed for the card anywhere in the tree, and actions the parent's children
-already took, are skipped; when nothing is left it returns None. Below a node without template params (an LLM
-candidate) it offers only the untried seeds: they lead back into the template space, and the seeds' neighbours are
-already offered at the root (each params is proposed once per card). Ops no family matches get None (left to
-PyTorch or the LLM).
-"""
+tolerance check on one output, and the search stopped "exhausted" after one iteration. A seed that passed is
+expanded as usual (its neighbours are its children), so a normal search spends its iterations as before; offering
+every seed's neighbours at the root spread 8-iteration searches thin (group norms 3-14% slower in one H200 run).
+Below a template node it proposes one untried one-knob action of the parent's params, picked with the search's rng.
+Params already proposed for the card anywhere in the tree, and actions the parent's children already took, are
+skipped; when nothing is left it returns None. Below a node without template params (an LLM candidate) it offers
+only the untried seeds: they lead back into the template space, and the seeds' neighbours are already offered at the
+root (each params is proposed once per card). Ops no family matches get None (left to PyTorch or the LLM)."""
 from __future__ import annotations
 
 import random
