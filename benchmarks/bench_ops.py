@@ -6,8 +6,9 @@
 Every number comes from this one run: the copy bandwidth is measured here, and eager, Inductor and kforge are timed
 by the same device-event timer (L2 flushed before every repeat; see forge_backend/measure.py). kforge runs through
 ``torch.compile(fn, backend=kforge)`` with a fresh cache, so its time includes calling the kernels from a graph;
-its search happens on the first call (``fuse_norm`` on, so the adaLN row is one ``kforge.norm`` kernel; rows without
-an epilogue are unaffected). Writes ops.json/.md and first_kernels.json/.md under --out.
+its search happens on the first call. kforge runs its eager path (``inner="eager"``: the kernel timed alone) with
+``fuse_pointwise`` on, as a user of that path would, so ``silu(x) * x`` is one kernel as it is in Inductor; rows of
+one op are unaffected. Writes ops.json/.md and first_kernels.json/.md under --out.
 """
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device,
         reports = []
         kf = torch.compile(fn, backend=make_backend(on_report=reports.append),
                            options={"search_iterations": iterations, "search_seconds": 300, "cache_dir": cache_dir,
-                                    "inner": "eager", "fuse_norm": True})
+                                    "inner": "eager", "fuse_pointwise": True})
         t0 = time.perf_counter()
         got = kf(*inputs)
         search_s = time.perf_counter() - t0

@@ -46,6 +46,8 @@ def group_norm_variants(vec: int) -> list[dict[str, Any]]:
     out += list(grid(strategy="sync", vec=vec, block=[256, 512], bpt=[128, 256, 512, 1024], cache="smem",
                      stream=[False, True]))
     out += list(grid(strategy="split", vec=vec, block=[256, 512], k=[8, 16, 32], reverse=True, stream=[False, True]))
+    out += list(grid(strategy="cluster", vec=vec, block=[512, 1024], cs=[4, 8, 16], cache=["reg", "smem"],
+                     stream=[False, True]))
     return out
 
 
@@ -56,6 +58,10 @@ def cases() -> list[tuple[str, OperatorCard, list[dict[str, Any]]]]:
         ("group_norm [1,512,256,256] bf16", tc.group_norm(1, 512, 256, 256, dtype="bfloat16", used=(0,)),
          group_norm_variants(8)),
         ("group_norm [1,512,256,256] fp32", tc.group_norm(1, 512, 256, 256, dtype="float32", used=(0,)),
+         group_norm_variants(4)),
+        ("group_norm [2,1536,64,64] bf16", tc.group_norm(2, 1536, 64, 64, dtype="bfloat16", used=(0,)),
+         group_norm_variants(8)),
+        ("group_norm [1,512,128,128] fp32", tc.group_norm(1, 512, 128, 128, dtype="float32", used=(0,)),
          group_norm_variants(4)),
     ]
 
@@ -101,7 +107,8 @@ def main() -> None:
             base = client.call({"cmd": "baseline", "card": card.to_json()})
             print(f"   worker: eager {base['eager_us']:.1f} us, floor {base['floor_us']:.1f} us", flush=True)
             keep = set(filter(None, args.strategy.split(",")))
-            for p in (v for v in variants if not keep or v["strategy"] in keep):
+            # the template's own root first, so every filtered probe has the search's starting point to compare with
+            for p in [fam.root_params(card)] + [v for v in variants if not keep or v["strategy"] in keep]:
                 if not fam.valid(card, p):
                     print(f"   invalid {p}")
                     continue

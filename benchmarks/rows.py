@@ -84,7 +84,7 @@ def _rows() -> list[Row]:
     # a softmax with its neighbours (kforge.softmax, Note [a softmax takes its neighbours])
     rows.append(Row("attn_softmax", (1, 8, 2048, 2048), torch.bfloat16, "Gemma4-E2B attn, fused"))
     rows.append(Row("softcap_softmax", (64, 262144), torch.bfloat16, "Gemma4-E2B sampling, fused"))
-    # a layer norm with its modulation (kforge.norm, Note [a norm takes its epilogue]; bench_ops turns fuse_norm on)
+    # a layer norm with its modulation (kforge.norm, Note [a norm takes its epilogue])
     rows.append(Row("adaln_layer_norm", (1, 4096, 1536), torch.bfloat16, "SD3.5 MMDiT adaLN, fused"))
     return rows
 

@@ -27,7 +27,7 @@ export PYTHONPATH=/tmp/site:$PWD
 case "$what" in
   setup)  ;;  # only the install above
   tests)  # extra arguments choose test files (default: every GPU-marked test)
-    TEST_ARTIFACTS_DIR=$OUT timeout ${T:-540} python3 -m pytest -q -p no:cacheprovider -m gpu -W ignore -rf --durations=12 "${@:-tests}" > "$OUT/gpu_tests.log" 2>&1
+    TEST_ARTIFACTS_DIR=$OUT timeout ${T:-540} python3 -m pytest -q -p no:cacheprovider -m gpu -W ignore -rfs --durations=12 "${@:-tests}" > "$OUT/gpu_tests.log" 2>&1
     tail -c 2500 "$OUT/gpu_tests.log" | tr -cd '\11\12\15\40-\176' ;;
   models-split)  # two GPUs, one call: the models in two halves side by side, one GPU and half the CPUs each
             half=$(( $(nproc) / 2 ))

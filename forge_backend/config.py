@@ -23,8 +23,8 @@ fuse_pointwise     KFORGE_FUSE_POINTWISE     ``False``: replace each connected g
 fuse_softmax       KFORGE_FUSE_SOFTMAX       ``True``: a softmax takes the pointwise ops that make its input (scale,
                                              mask, casts) and the cast of its output into one kernel
                                              (Note [a softmax takes its neighbours] in softmax_fusion.py)
-fuse_norm          KFORGE_FUSE_NORM          ``False``: a layer/rms norm takes the pointwise ops after it (adaLN's
-                                             modulation) into one kernel; off until measured on a GPU
+fuse_norm          KFORGE_FUSE_NORM          ``True``: a layer/rms norm takes the pointwise ops after it (adaLN's
+                                             modulation) into one kernel
                                              (Note [a norm takes its epilogue] in norm_fusion.py)
 check              KFORGE_CHECK              ``False``: compare every kernel call with PyTorch's op on the same
                                              inputs and log disagreements (slow; see check.py)
@@ -86,7 +86,7 @@ class KforgeConfig:
     margin: float = 0.03
     fuse_pointwise: bool = False  # off until measured on a GPU (Note [pointwise groups] in fusion.py)
     fuse_softmax: bool = True  # Note [a softmax takes its neighbours] in softmax_fusion.py
-    fuse_norm: bool = False  # Note [a norm takes its epilogue] in norm_fusion.py; off until measured on a GPU
+    fuse_norm: bool = True  # Note [a norm takes its epilogue] in norm_fusion.py
     check: bool = False
     min_share: float = 0.0
     llm_model: str = ""

@@ -63,13 +63,14 @@ def test_a_norm_whose_output_is_used_twice_keeps_it():
     assert find_norm_groups(gm.graph) == []
 
 
-def test_fuse_norm_is_off_by_default_and_scan_offers_both_when_on():
+def test_fuse_norm_is_on_by_default_and_scan_offers_both():
     gm = make_fx(adaln)(*_inputs())
     ops = [c.signature.op for c in scan(gm, fuse_norm=True).candidates]
     assert NORM_OP in ops and LAYER_NORM in ops
     from forge_backend.config import KforgeConfig
 
-    assert KforgeConfig.load({}).fuse_norm is False
+    assert KforgeConfig.load({}).fuse_norm is True
+    assert KforgeConfig.load({"fuse_norm": False}).fuse_norm is False
 
 
 @pytest.mark.parametrize("inner", ["eager", "inductor"])
@@ -118,6 +119,7 @@ def test_cards_list_the_norm_group_only_when_fuse_norm_is_on(tmp_path, monkeypat
         "        return F.layer_norm(x, (32,), eps=1e-6) * (1 + scale[:, None]) + shift[:, None]\n"
         "def get_model():\n    return M()\n"
         "def get_inputs():\n    return torch.randn(2, 16, 32), torch.randn(2, 64)\n")
+    monkeypatch.setenv("KFORGE_FUSE_NORM", "0")
     assert NORM_OP not in {c.op for c in model_cards(str(spec), inner="inductor").cards}
     monkeypatch.setenv("KFORGE_FUSE_NORM", "1")
     cards = model_cards(str(spec), inner="inductor").cards

@@ -267,6 +267,31 @@ def test_group_norm_sync_can_keep_its_chunk_in_shared_memory() -> None:
     assert not norm.valid(card, {**big, "bpt": 1024, "block": 1024})  # 1 MB: no SM has that much shared memory
 
 
+def test_group_norm_cluster_keeps_each_group_on_one_cluster() -> None:
+    """strategy=cluster: one cluster of cs blocks per group, the chunk in registers (or shared memory, which the
+    launch then asks for); a group too big for 16 blocks' registers or shared memory has no cluster variant."""
+    from forge_backend.search.templates import norm
+
+    card = CARDS["group_norm_vae_bf16"][0]()
+    p = norm.defaults(card, "cluster")
+    assert p["cs"] == 16 and p["cache"] == "reg" and norm.valid(card, p)  # 2 MB groups: 128 KB per block
+    assert p in norm.seeds(card)
+    cand = norm.generate(card, p)
+    assert "__cluster_dims__(K, 1, 1)" in cand.source and not cand.scratch
+    launches, _ = resolve_plan(cand, card.sizes, card.floats)
+    ng = card.sizes["N"] * card.sizes["G"]
+    assert launches[0].grid[0] == ng * 16 and launches[0].smem == 0
+    _compile_once(cand)
+    smem = dict(norm.actions(card, p))["cache reg -> smem"]
+    launches, _ = resolve_plan(norm.generate(card, smem), card.sizes, card.floats)
+    assert launches[0].smem == card.sizes["group_size"] // 16 * 2
+    _compile_once(norm.generate(card, smem))
+    assert not norm.valid(card, {**p, "cs": 8})  # 256 KB per block: over the register budget
+    assert not norm.valid(card, {**p, "cs": 8, "cache": "smem"})  # and over the 227 KB of shared memory
+    big = CARDS["group_norm_big_f32"][0]()
+    assert not norm.valid(big, norm.defaults(big, "cluster"))
+
+
 def _root_view() -> ParentView:
     return ParentView(0, None, {}, None, None, None)
 

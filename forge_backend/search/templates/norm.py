@@ -51,7 +51,7 @@ OPS = {"aten.native_layer_norm.default": "layer_norm", "aten._fused_rms_norm.def
        "aten._native_batch_norm_legit_no_training.default": "batch_norm",
        "aten.native_group_norm.default": "group_norm"}
 STRATEGIES = {"layer_norm": ("group", "block"), "rms_norm": ("group", "block"),
-              "batch_norm": ("flat", "plane", "hoist"), "group_norm": ("sync", "split")}
+              "batch_norm": ("flat", "plane", "hoist"), "group_norm": ("sync", "split", "cluster")}
 RMS_DEFAULT_EPS = 1.1920928955078125e-07  # torch.finfo(float32).eps: _fused_rms_norm's eps=None
 
 
@@ -149,6 +149,15 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
                 return p
         return p
     ng = card.sizes["N"] * card.sizes["G"]
+    if strategy == "cluster":  # the fewest blocks per group whose chunk fits the block's registers, else smem
+        for cache in ("reg", "smem"):
+            for cs in (2, 4, 8, 16):
+                ch = _gn_chunk(gs, cs, vec)
+                p = {"strategy": "cluster", "vec": vec, "block": clamp(pow2_ceil(cdiv(ch, vec * 8)), 128, 1024),
+                     "cs": cs, "cache": cache, "stream": False}
+                if valid(card, p):
+                    return p
+        return p
     k = clamp(cdiv(8 * SMS, ng), 1, max(1, cdiv(gs, block * vec)))
     return {"strategy": "split", "vec": vec, "block": block, "k": k, "reverse": True, "stream": False}
 
@@ -182,6 +191,10 @@ def _hw(card: OperatorCard) -> int:
 def _channels_last(card: OperatorCard) -> bool:
     x = main_input(card)
     return x.is_channels_last() and not x.is_contiguous()
+
+
+def _gn_chunk(gs: int, cs: int, vec: int) -> int:
+    return cdiv(cdiv(gs, cs), vec) * vec
 
 
 def _sync_k(card: OperatorCard, p: dict[str, Any]) -> int:
@@ -224,6 +237,17 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     if s == "split":
         k = p.get("k", 0)
         return 1 <= k <= max(1, cdiv(gs, vec)) and ng * k < 2**31 and isinstance(p.get("reverse"), bool)
+    if s == "cluster":
+        cs, cache = p.get("cs"), p.get("cache")
+        if cs not in (2, 4, 8, 16) or cache not in ("reg", "smem") or ng * cs >= 2**31:
+            return False
+        ch = _gn_chunk(gs, cs, vec)
+        if (cs - 1) * ch >= gs or block > max(128, pow2_ceil(cdiv(ch, vec))):
+            return False  # every block of the cluster holds part of the group, and most threads hold some of it
+        per_thread = cdiv(ch, block * vec) * vec * isz
+        if cache == "reg":
+            return per_thread <= REG_CACHE_THREAD and per_thread * block <= REG_CACHE_BLOCK
+        return per_thread * block <= SMEM_LIMIT - _SYNC_STATIC_SMEM
     bpt, cache = p.get("bpt", 0), p.get("cache", "reg")
     if bpt not in (16, 32, 64, 128, 256, 512, 1024) or bpt % (vec * isz) or cache not in ("reg", "smem", "none"):
         return False
@@ -242,7 +266,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
 def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     kind = _kind(card)
     acts = [(f"strategy {p['strategy']} -> {s}", defaults(card, s)) for s in STRATEGIES[kind] if s != p["strategy"]]
-    for name in ("vec", "block", "tpr", "unroll", "k", "bpt"):
+    for name in ("vec", "block", "tpr", "unroll", "k", "bpt", "cs"):
         acts += scale_knob(p, name)
     if "cache" in p and kind != "group_norm":
         acts.append(knob(p, "cache", "none" if p["cache"] == "reg" else "reg"))
@@ -250,8 +274,9 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
         acts.append(knob(p, "reverse", not p["reverse"]))
     if kind == "group_norm":
         acts.append(knob(p, "stream", not p.get("stream", False)))
-        if p["strategy"] == "sync":
-            acts += [knob(p, "cache", c) for c in ("reg", "smem", "none") if c != p.get("cache", "reg")]
+        if p["strategy"] in ("sync", "cluster"):
+            caches = ("reg", "smem", "none") if p["strategy"] == "sync" else ("reg", "smem")
+            acts += [knob(p, "cache", c) for c in caches if c != p.get("cache", "reg")]
     return filter_actions(card, p, acts, valid)
 
 
@@ -447,8 +472,10 @@ def _gn_stat_dtype(card: OperatorCard, index: int) -> str:
     return "float32" if w is not None and w.dtype == "float32" else x.dtype
 
 
-def _gn_normalise(card: OperatorCard, src: str, stream: bool = False) -> str:
-    """Finalise stats, write mean/rstd once per group, then normalise this block's chunk (cached or re-read)."""
+def _gn_normalise(card: OperatorCard, src: str, stream: bool = False,
+                  stats: str = "group_stats(part, gi, red4)") -> str:
+    """Finalise the group's (count, mean, M2) ``stats``, write mean/rstd once per group, then normalise this
+    block's chunk (cached or re-read)."""
     has_w, has_b = input_spec(card, "weight") is not None, input_spec(card, "bias") is not None
     if has_w or has_b:  # ATen's fused form: y = x * a + b with a = rstd * w[c], b = bias[c] - a * mean
         a = "r_r * to_f(w[c])" if has_w else "r_r"
@@ -475,7 +502,7 @@ def _gn_normalise(card: OperatorCard, src: str, stream: bool = False) -> str:
 #pragma unroll 4
   for (I e = beg + threadIdx.x * VEC; e < end; e += NT * VEC) {{ const P p = {"ldp_cs" if stream else "ldp"}<T, VEC>(xg + e); {body} }}"""
     return f"""
-  const float4 st = group_stats(part, gi, red4);
+  const float4 st = {stats};
   const float mean = st.y, rstd = rsqrtf(fmaxf(st.z / st.x, 0.f) + eps);
   if (k == 0 && threadIdx.x == 0) {{ {" ".join(out)} }}
   // ATen stores mean/rstd in their output dtype and normalises with the stored values.
@@ -490,7 +517,10 @@ def _group_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     gs, ng = card.sizes["group_size"], card.sizes["N"] * card.sizes["G"]
     if s == "split":
         k, nit = p["k"], 1
-        ch = cdiv(cdiv(gs, k), vec) * vec
+        ch = _gn_chunk(gs, k, vec)
+    elif s == "cluster":
+        k, ch = p["cs"], _gn_chunk(gs, p["cs"], vec)
+        nit = cdiv(ch, block * vec)
     else:
         nit = p["bpt"] // (vec * isz)
         ch = block * nit * vec
@@ -545,6 +575,36 @@ extern "C" __global__ __launch_bounds__(NT) void gn_apply({params}) {{
 """
         launches = [launch("gn_stats", ng * k, block, ["in:input", "scratch:part"]), launch("gn_apply", ng * k, block, args)]
         scratch = {"part": (ng * k * 16, False)}
+    elif s == "cluster":
+        params, args = _args(card, common_args[:3] + tail)
+        source = head + f"""
+// One cluster of K blocks per group; block k keeps chunk k of the group (in registers or shared memory), the
+// blocks exchange their (count, mean, M2) through distributed shared memory and combine them in rank order, so
+// every block of the group gets bit-identical stats. The cluster shape sits on a declaration: the contract's
+// kernel pattern wants `void NAME(` on the definition.
+extern "C" __global__ __cluster_dims__(K, 1, 1) void gn_cluster({params});
+extern "C" __global__ __launch_bounds__(NT) void gn_cluster({params}) {{
+  __shared__ float red[32];
+  __shared__ float4 cpart, cstat;
+  const long long gi = blockIdx.x / K;
+  const int k = blockIdx.x % K;{chunk}{_gn_sync_stats(p["cache"])}
+  if (threadIdx.x == 0) cpart = make_float4(n, mb, q, 0.f);
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();
+  if (threadIdx.x < 32) {{
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (threadIdx.x < K) v = *reinterpret_cast<const float4*>(__cluster_map_shared_rank((const void*)&cpart, threadIdx.x));
+    v = group_all<32, 32>(v, Chan(), (float4*)nullptr);
+    if (threadIdx.x == 0) cstat = v;
+  }}
+  __cluster_barrier_arrive();  // done reading the other blocks' shared memory
+  __syncthreads();{_gn_normalise(card, p["cache"], p.get("stream", False), "cstat")}
+  __cluster_barrier_wait();  // no block leaves while another may still read its `cpart`
+}}
+"""
+        smem = nit * block * vec * isz if p["cache"] == "smem" else 0
+        launches = [launch("gn_cluster", ng * k, block, args, smem)]
+        scratch = None
     else:
         params, args = _args(card, common_args + [("scratch:sync", "int* __restrict__ sync", "")] + tail)
         source = head + f"""
