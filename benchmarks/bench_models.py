@@ -30,6 +30,7 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 DEFAULT = "resnet50::fp16_b1,sd35_vae::bf16_1024,sd35_mmdit::bf16_txt333,gemma4::eager_attn,qwen35_moe::eager_attn"
 COLUMNS = ["model", "setting", "eager_ms", "inductor_ms", "kforge_eager_ms", "kforge_inductor_ms",
            "kforge_eager_vs_eager", "kforge_inductor_vs_inductor", "kforge_inductor_vs_inductor_range",
+           "inductor_vs_itself", "inductor_vs_itself_range",
            "cold_compile_s", "warm_compile_s", "inductor_warm_compile_s", "replaced_ops", "kernels_beating_eager",
            "max_rel_err", "kforge_eager_rel_err", "kforge_inductor_rel_err", "inductor_rel_err"]
 
@@ -50,17 +51,26 @@ def rel_err(got, ref) -> float:
     return max(errs) if errs else float("nan")
 
 
-def interleaved_ms(fns: dict, inputs, rounds: int = 7, reps: int = 4) -> dict[str, list[float]]:
+def round_orders(names: list[str], rounds: int) -> list[list[str]]:
+    """The order of the configurations in each round: rotated by one per round, so no configuration always runs
+    right after the same neighbour (a slot's position effect reaches every configuration alike)."""
+    return [names[r % len(names):] + names[:r % len(names)] for r in range(rounds)]
+
+
+def interleaved_ms(fns: dict, inputs, rounds: int = 8, reps: int = 4) -> dict[str, list[float]]:
     """Per configuration, its median ms per call in each round. The configurations are timed in alternating rounds
-    (each round: every configuration, ``reps`` timed calls after one warm-up), so that a drift of the host's speed
-    during the run (other work, clock changes) reaches every configuration alike. Host-bound models (ResNet-50 at
-    batch 1, the reduced-depth transformers) are sensitive to it; the per-round ratios show how much."""
+    (each round: every configuration, ``reps`` timed calls after one warm-up, in ``round_orders``), so that a drift
+    of the host's speed during the run (other work, clock changes) reaches every configuration alike. Host-bound
+    models (ResNet-50 at batch 1, the reduced-depth transformers) are sensitive to it; the per-round ratios show how
+    much, and ``inductor_again`` (Inductor's compiled model timed in a second slot of each round) shows what two
+    timings of the very same code differ by."""
     from forge_backend.measure import Timer
 
     timer = Timer(torch.device("cuda", 0), flush_bytes=4)
     samples: dict = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
+    for order in round_orders(list(fns), rounds):
+        for name in order:
+            fn = fns[name]
             t = timer.time(lambda: fn(*inputs), warmup=1, repeats=reps)
             samples[name].append(t.median_us / 1e3)
     return samples
@@ -173,8 +183,8 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
         out_i = kfi(*inputs)
         inductor_counters = dict(counters["kforge"])
         counters.clear()
-        rounds = interleaved_ms({"eager": model, "inductor": ind, "kforge_eager": kfe, "kforge_inductor": kfi},
-                                inputs)
+        rounds = interleaved_ms({"eager": model, "inductor": ind, "kforge_eager": kfe, "kforge_inductor": kfi,
+                                 "inductor_again": ind}, inputs)
         ms = {name: statistics.median(v) for name, v in rounds.items()}
         call_counters = dict(counters["kforge"])  # kernel calls and layout fallbacks while timing
         if profile_dir is not None:
@@ -201,6 +211,8 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
             "kforge_eager_vs_eager": eager / kforge_eager, "kforge_inductor_vs_inductor": inductor / kforge_inductor,
             "kforge_inductor_vs_inductor_range": ratio_range(rounds["inductor"], rounds["kforge_inductor"]),
             "kforge_eager_vs_eager_range": ratio_range(rounds["eager"], rounds["kforge_eager"]), "round_ms": rounds,
+            "inductor_vs_itself": inductor / ms["inductor_again"],
+            "inductor_vs_itself_range": ratio_range(rounds["inductor"], rounds["inductor_again"]),
             "cold_compile_s": cold, "warm_compile_s": kf_warm, "inductor_compile_s": ind_compile,
             "inductor_warm_compile_s": ind_warm, "replaced_ops": sum(len(r.replaced) for r in reports),
             "kernels_beating_eager": beating, "replaced_keys": sorted(keys),

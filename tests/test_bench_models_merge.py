@@ -37,6 +37,13 @@ def test_ratio_range_pairs_rounds():
     assert bench_models.ratio_range([10.0, 20.0, 12.0], [5.0, 25.0, 12.0]) == [0.8, 1.0, 2.0]
 
 
+def test_round_orders_rotate_so_no_configuration_keeps_its_slot():
+    orders = bench_models.round_orders(["a", "b", "c"], 4)
+    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    for name in "abc":  # every configuration runs first, second and third once in three rounds
+        assert sorted(o.index(name) for o in orders[:3]) == [0, 1, 2]
+
+
 def test_a_mode_run_is_merged_under_its_own_name(tmp_path):
     stem = bench_models.results_stem(mode="reduce-overhead")
     assert stem == "models_reduce_overhead" and bench_models.results_stem(check=True) == "models_check"
