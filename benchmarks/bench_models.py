@@ -5,6 +5,9 @@
 Per MODEL_SPEC (examples/*.py with a setting): eager; Inductor; kforge with the rest of the graph eager (its first
 compile searches the signatures it misses); kforge with the rest through Inductor (cache now warm); and the compile
 time of a warm-cache kforge+Inductor compile next to a warm Inductor compile. Outputs are checked against eager.
+Times: the wall time per call of each configuration in interleaved rounds (``interleaved_ms``; ``inductor_again``
+times Inductor's model a second time in each round, so ``inductor_vs_itself`` says what the same code differs by),
+and the GPU time per forward from the profiler (``device_ms``: kernels only, no host time).
 Writes models.json/.md under --out (models_check with --check, models_<mode> with --mode), one row at a time, so a
 run cut short keeps what finished.
 """
@@ -30,7 +33,8 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 DEFAULT = "resnet50::fp16_b1,sd35_vae::bf16_1024,sd35_mmdit::bf16_txt333,gemma4::eager_attn,qwen35_moe::eager_attn"
 COLUMNS = ["model", "setting", "eager_ms", "inductor_ms", "kforge_eager_ms", "kforge_inductor_ms",
            "kforge_eager_vs_eager", "kforge_inductor_vs_inductor", "kforge_inductor_vs_inductor_range",
-           "inductor_vs_itself", "inductor_vs_itself_range",
+           "inductor_vs_itself", "inductor_vs_itself_range", "inductor_device_ms", "kforge_inductor_device_ms",
+           "kforge_inductor_vs_inductor_device",
            "cold_compile_s", "warm_compile_s", "inductor_warm_compile_s", "replaced_ops", "kernels_beating_eager",
            "max_rel_err", "kforge_eager_rel_err", "kforge_inductor_rel_err", "inductor_rel_err"]
 
@@ -74,6 +78,20 @@ def interleaved_ms(fns: dict, inputs, rounds: int = 8, reps: int = 4) -> dict[st
             t = timer.time(lambda: fn(*inputs), warmup=1, repeats=reps)
             samples[name].append(t.median_us / 1e3)
     return samples
+
+
+def device_ms(fns: dict, inputs, rounds: int = 3, iters: int = 3) -> dict[str, float]:
+    """Per configuration, the median over ``rounds`` (in ``round_orders``) of its GPU time per forward: the sum of the
+    device time of every kernel, copy and memset it ran (torch.profiler, ``profile_kernels.per_kernel``). Host time is
+    not in it, so two configurations that launch the same kernels read the same however busy the host is; the wall
+    times (``interleaved_ms``) are what a caller waits."""
+    from profile_kernels import kernel_table
+
+    samples: dict = {name: [] for name in fns}
+    for order in round_orders(list(fns), rounds):
+        for name in order:
+            samples[name].append(sum(r["us_per_forward"] for r in kernel_table(fns[name], inputs, iters)) / 1e3)
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def ratio_range(base: list[float], new: list[float]) -> list[float]:
@@ -186,6 +204,7 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
         rounds = interleaved_ms({"eager": model, "inductor": ind, "kforge_eager": kfe, "kforge_inductor": kfi,
                                  "inductor_again": ind}, inputs)
         ms = {name: statistics.median(v) for name, v in rounds.items()}
+        gpu_ms = device_ms({"eager": model, "inductor": ind, "kforge_eager": kfe, "kforge_inductor": kfi}, inputs)
         call_counters = dict(counters["kforge"])  # kernel calls and layout fallbacks while timing
         if profile_dir is not None:
             stem = Path(spec.partition("::")[0]).stem
@@ -213,6 +232,9 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
             "kforge_eager_vs_eager_range": ratio_range(rounds["eager"], rounds["kforge_eager"]), "round_ms": rounds,
             "inductor_vs_itself": inductor / ms["inductor_again"],
             "inductor_vs_itself_range": ratio_range(rounds["inductor"], rounds["inductor_again"]),
+            "eager_device_ms": gpu_ms["eager"], "inductor_device_ms": gpu_ms["inductor"],
+            "kforge_eager_device_ms": gpu_ms["kforge_eager"], "kforge_inductor_device_ms": gpu_ms["kforge_inductor"],
+            "kforge_inductor_vs_inductor_device": gpu_ms["inductor"] / gpu_ms["kforge_inductor"],
             "cold_compile_s": cold, "warm_compile_s": kf_warm, "inductor_compile_s": ind_compile,
             "inductor_warm_compile_s": ind_warm, "replaced_ops": sum(len(r.replaced) for r in reports),
             "kernels_beating_eager": beating, "replaced_keys": sorted(keys),

@@ -18,9 +18,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
+def per_kernel(events, iters: int) -> list[dict]:
+    """Device events (kernels, memcpys, memsets) summed by name, per forward, longest first. ``events`` are the
+    profiler's (``device_type``, ``name``, ``device_time_total``); host events are skipped."""
+    from torch.autograd import DeviceType
+
+    per: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for evt in events:
+        if evt.device_type == DeviceType.CUDA:
+            per[evt.name][0] += evt.device_time_total if hasattr(evt, "device_time_total") else evt.cuda_time_total
+            per[evt.name][1] += 1
+    rows = [{"kernel": k, "us_per_forward": t / iters, "calls_per_forward": n / iters} for k, (t, n) in per.items()]
+    return sorted(rows, key=lambda r: -r["us_per_forward"])
+
+
 def kernel_table(fn, inputs, iters: int) -> list[dict]:
     import torch
-    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(3):
@@ -30,13 +43,7 @@ def kernel_table(fn, inputs, iters: int) -> list[dict]:
         for _ in range(iters):
             fn(*inputs)
         torch.cuda.synchronize()
-    per: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-    for evt in prof.events():
-        if evt.device_type == DeviceType.CUDA:
-            per[evt.name][0] += evt.device_time_total if hasattr(evt, "device_time_total") else evt.cuda_time_total
-            per[evt.name][1] += 1
-    rows = [{"kernel": k, "us_per_forward": t / iters, "calls_per_forward": n / iters} for k, (t, n) in per.items()]
-    return sorted(rows, key=lambda r: -r["us_per_forward"])
+    return per_kernel(prof.events(), iters)
 
 
 def main() -> None:

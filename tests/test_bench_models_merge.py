@@ -1,5 +1,5 @@
-"""bench_models.py --merge: one models.json/.md from the halves of a run split over GPUs (run_device.sh
-models-split). CPU only: it reads and writes JSON."""
+"""bench_models.py's bookkeeping: --merge (one models.json/.md from the halves of a run split over GPUs,
+run_device.sh models-split), the order of the timing rounds, and how device time per forward is summed. CPU only."""
 import json
 import sys
 from pathlib import Path
@@ -58,3 +58,35 @@ def test_kforge_options_travel_as_environment_variables_with_a_mode():
     env = bench_models.kforge_env({"search_iterations": 8, "cache_dir": "/tmp/c", "check": False})
     assert env == {"KFORGE_SEARCH_ITERATIONS": "8", "KFORGE_CACHE_DIR": "/tmp/c", "KFORGE_CHECK": "0",
                    "KFORGE_INNER": "inductor"}
+
+
+def test_per_kernel_sums_device_events_by_name_per_forward():
+    from types import SimpleNamespace as Event
+
+    from torch.autograd import DeviceType
+
+    import profile_kernels
+
+    events = [Event(device_type=DeviceType.CUDA, name="gemm", device_time_total=10.0),
+              Event(device_type=DeviceType.CUDA, name="gemm", device_time_total=20.0),
+              Event(device_type=DeviceType.CUDA, name="softmax", device_time_total=5.0),
+              Event(device_type=DeviceType.CPU, name="aten::addmm", device_time_total=100.0)]  # host: not counted
+    assert profile_kernels.per_kernel(events, iters=2) == [
+        {"kernel": "gemm", "us_per_forward": 15.0, "calls_per_forward": 1.0},
+        {"kernel": "softmax", "us_per_forward": 2.5, "calls_per_forward": 0.5}]
+
+
+def test_device_ms_is_the_median_round_of_each_configuration(monkeypatch):
+    import profile_kernels
+
+    seen, per_call = [], {"a": iter([3000.0, 1000.0, 2000.0]), "b": iter([500.0, 700.0, 600.0])}
+    fns = {"a": lambda: "a", "b": lambda: "b"}
+
+    def fake_table(fn, inputs, iters):
+        name = fn()
+        seen.append(name)
+        return [{"kernel": "k", "us_per_forward": next(per_call[name]), "calls_per_forward": 1.0}]
+
+    monkeypatch.setattr(profile_kernels, "kernel_table", fake_table)
+    assert bench_models.device_ms(fns, (), rounds=3) == {"a": 2.0, "b": 0.6}
+    assert seen == ["a", "b", "b", "a", "a", "b"]  # rotated each round

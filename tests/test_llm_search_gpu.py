@@ -67,32 +67,40 @@ class RootOnly:
 
 
 def test_llm_kernel_faster_than_the_template_root_wins(llm_server, tmp_path, monkeypatch):  # noqa: F811
-    """The loopback server serves a correct kernel that is faster than the template library's root for
-    group_norm [1,512,256,256] bf16 (found by timing template variants in this run); a mixed search must pick
-    the LLM's kernel, verify it and cache it."""
+    """The loopback server serves a correct kernel that is faster than the template library's root (a template
+    variant found by timing in this run, for the first of a few group norms where one beats the root by 5%: as the
+    roots improve, [1,512,256,256] bf16 stopped having one in the sixth session); a mixed search must pick the
+    LLM's kernel, verify it and cache it."""
     import template_cards as tc
     from forge_backend.runtime.evaluator import WorkerEvaluator
     from forge_backend.search.templates import family_for
     from llm_serving import reply_for
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    card = tc.group_norm(1, 512, 256, 256, dtype="bfloat16", used=(0,))
-    fam = family_for(card)
-    root = fam.root_params(card)
+    cards = [tc.group_norm(*shape, dtype="bfloat16", used=(0,)) for shape in ((1, 512, 256, 256), (2, 1536, 64, 64),
+                                                                               (1, 512, 128, 128))]
     client = WorkerClient(tmp_path, 0)
-    evaluator = WorkerEvaluator(client, card.arch, tmp_path)
+    evaluator = WorkerEvaluator(client, cards[0].arch, tmp_path)
 
-    def timed(params):
-        cand = fam.generate(card, params)
+    def timed(card, params):
+        cand = family_for(card).generate(card, params)
         ev = evaluator.evaluate(card, cand, evaluator.compile(cand))
         return (ev.time_us if ev.ok else float("inf")), cand
 
     try:
-        root_us, _ = timed(root)
-        variants = [q for s in fam.seeds(card) for q in [s] + [p for _, p in fam.actions(card, s)] if q != root]
-        best_us, best = min((timed(p) for p in variants[:12]), key=lambda tc_: tc_[0])
-        if not best_us < 0.95 * root_us:
-            pytest.skip(f"no template variant beats the root ({root_us:.1f} us) by 5% here (best {best_us:.1f})")
+        tried = []
+        for card in cards:
+            fam = family_for(card)
+            root = fam.root_params(card)
+            root_us, _ = timed(card, root)
+            seeds = fam.seeds(card)  # the other strategies first, then one-knob neighbours
+            variants = [q for q in seeds[1:] + [p for s in seeds for _, p in fam.actions(card, s)] if q != root]
+            best_us, best = min((timed(card, p) for p in variants[:12]), key=lambda tc_: tc_[0])
+            tried.append(f"{card.sizes}: root {root_us:.1f} us, best variant {best_us:.1f} us")
+            if best_us < 0.95 * root_us:
+                break
+        else:
+            pytest.skip("no template variant beats the root by 5% here: " + "; ".join(tried))
         llm_server.push(reply_for(best, "a different group-norm strategy"))
         cfg = llm_config(llm_server, tmp_path, proposer="mixed")
         proposers = [RootOnly(), LLMProposer(cfg, client=LLMClient(cfg, backoff_s=0.01))]

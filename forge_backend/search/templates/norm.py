@@ -19,8 +19,16 @@ Strategies per op (``params["strategy"]``):
   once; it lost on the H200: 74.5 us against 54.8 us for ``none`` at [1,512,256,256] bf16, probe_smem_group_norm.json);
   ``cache=none`` keeps nothing, so more blocks are resident, and re-reads the
   chunk, from L2 while the resident chunks fit there.
-  ``stream`` (split and sync) makes the last read of the input and the write of the output streaming accesses
-  (ld/st.global.cs), so the output does not push input that is still to be re-read out of L2.
+  ``cluster``: one thread-block cluster of ``cs`` blocks per group (sm_90); each block keeps its chunk in registers
+  or shared memory, the blocks exchange their (count, mean, M2) through distributed shared memory behind the cluster
+  barrier and combine them in rank order (bit-identical stats in every block), then normalise from the cache: one
+  DRAM read, one launch, no scratch. Only for groups whose chunk fits (<= 16 blocks of <= 128 KB in registers or
+  <= 226 KB of shared memory). H200 probe (benchmarks/results/h200/probe_cluster_group_norm.json): it wins on
+  many small groups ([2,1536,64,64] bf16: 26.8 us against the sync root's 46.7 us; [1,512,128,128] fp32: 30.0
+  against 33.0 us) and loses on 2 MB groups ([1,512,256,256] bf16: 90.2 us against 55.2 us: one 128 KB block per
+  SM leaves nothing to overlap its loads with its stores). It is a seed, not a root: the search tries it early.
+  ``stream`` (split, sync and cluster) makes the last read of the input and the write of the output streaming
+  accesses (ld/st.global.cs), so the output does not push input that is still to be re-read out of L2.
 
 ``kforge.norm`` (norm_fusion.py: a layer/rms norm with the pointwise ops after it) uses the row kernels: every
 normalised element, rounded to the norm's output dtype as eager stores it, goes through the epilogue's expression
