@@ -7,6 +7,10 @@
 #   models-split  the same on a 2-GPU machine, half the models per GPU (A=, B= choose the halves), merged
 #   session  2-GPU kind, one call: GPU 0 runs the GPU tests (T_TESTS s) then half A of the models, GPU 1 half B;
 #            everything is packed into $OUT/results.tgz beside the merged models.md (the tool returns few files)
+#   pair    2-GPU kind, one call: G0="STAGE ARGS" on GPU 0 and G1="STAGE ARGS" on GPU 1 side by side (each with its
+#           own CPU half, cache and $OUT/g0, $OUT/g1; quotes in ARGS are honoured; T0=, T1= bound each side),
+#           packed into $OUT/results.tgz. For stages that time device
+#           work only (tests, ops, probe): host-bound model timings want the host to themselves (models-split).
 #   overhead benchmarks/bench_overhead.py -> overhead.json/.md
 #   probe   benchmarks/probe_variants.py  -> probe.json (template variants timed without a search)
 # Extra arguments go to the benchmark; T=SECONDS bounds the stage (default 540) so stages can share one call. Results and logs are written under $OUT, which the device tool brings back;
@@ -49,6 +53,15 @@ case "$what" in
             python3 benchmarks/bench_models.py --merge "$OUT/g0" "$OUT/g1" --out "$OUT" "$@"
             keep=$(mktemp -d); tar czf "$keep/results.tgz" -C "$OUT" . && cp "$OUT"/models*.md "$keep"/ 2>/dev/null
             rm -rf "${OUT:?}"/* && mv "$keep"/* "$OUT"/ && ls "$OUT" ;;
+  pair)     half=$(( $(nproc) / 2 ))
+            [ -n "${G0:-}" ] && [ -n "${G1:-}" ] || { echo 'pair needs G0="stage args" and G1="stage args"'; exit 2; }
+            ( eval "set -- $G0"; CUDA_VISIBLE_DEVICES=0 OUT=$OUT/g0 KFORGE_CACHE_DIR=/tmp/kp0 T=${T0:-${T:-540}} \
+                taskset -c 0-$((half - 1)) bash "$0" "$@" ) > "$OUT/g0.txt" 2>&1 & p0=$!
+            ( eval "set -- $G1"; CUDA_VISIBLE_DEVICES=1 OUT=$OUT/g1 KFORGE_CACHE_DIR=/tmp/kp1 T=${T1:-${T:-540}} \
+                taskset -c $half-$((2 * half - 1)) bash "$0" "$@" ) > "$OUT/g1.txt" 2>&1 & p1=$!
+            wait $p0 $p1
+            tail -c 3000 "$OUT/g0.txt" | cut -c1-200; tail -c 5000 "$OUT/g1.txt" | cut -c1-200
+            keep=$(mktemp -d); tar czf "$keep/results.tgz" -C "$OUT" . && rm -rf "${OUT:?}"/* && mv "$keep"/* "$OUT"/ ;;
   ops)      timeout ${T:-560} python3 benchmarks/bench_ops.py --out "$OUT" "$@" > "$OUT/ops.log" 2>&1
             grep -aE "eager .* ind " "$OUT/ops.log" | cut -c1-200 ;;
   models)   timeout ${T:-560} python3 benchmarks/bench_models.py --out "$OUT" "$@" > "$OUT/models.log" 2>&1
@@ -57,5 +70,5 @@ case "$what" in
             tail -c 6000 "$OUT/probe.log" ;;
   overhead) timeout 120 python3 benchmarks/bench_overhead.py > "$OUT/overhead.log" 2>&1; cat "$OUT/overhead.log"
             cp benchmarks/results/h200/overhead.* "$OUT"/ ;;
-  *) echo "usage: bash benchmarks/run_device.sh setup|tests|ops|models|models-split|session|probe|overhead [args]"; exit 2 ;;
+  *) echo "usage: bash benchmarks/run_device.sh setup|tests|ops|models|models-split|session|pair|probe|overhead [args]"; exit 2 ;;
 esac

@@ -18,7 +18,7 @@ index in the epilogue's expression, the expression, which overload the norm is (
 input is the norm's output (``norm_out``). reference.py runs the norm and then the expression with ATen.
 
 Measured on the H200 (sixth session, benchmarks/results/h200/ops.json, row ``adaln_layer_norm``): [1, 4096, 1536] bf16
-with its modulation in 13.8 us against Inductor's 22.4 us (1.62x) and eager's 51.2 us. Inside a whole MMDiT under
+with its modulation in 13.8 us against Inductor's 22.2 us (1.61x) and eager's 51.8 us. Inside a whole MMDiT under
 Inductor the gate still keeps Inductor's kernels (Note [what replacing a node costs inside Inductor]): there Inductor
 also fuses the residual add before the norm, which a kforge kernel would make real. On the eager path the groups
 are replaced. On by default (``fuse_norm``).
