@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import shlex
 import statistics
@@ -61,16 +62,33 @@ def round_orders(names: list[str], rounds: int) -> list[list[str]]:
     return [names[r % len(names):] + names[:r % len(names)] for r in range(rounds)]
 
 
-def interleaved_ms(fns: dict, inputs, rounds: int = 8, reps: int = 4) -> dict[str, list[float]]:
-    """Per configuration, its median ms per call in each round. The configurations are timed in alternating rounds
-    (each round: every configuration, ``reps`` timed calls after one warm-up, in ``round_orders``), so that a drift
-    of the host's speed during the run (other work, clock changes) reaches every configuration alike. Host-bound
-    models (ResNet-50 at batch 1, the reduced-depth transformers) are sensitive to it; the per-round ratios show how
-    much, and ``inductor_again`` (Inductor's compiled model timed in a second slot of each round) shows what two
-    timings of the very same code differ by."""
+def reps_for(fastest_ms: float, slot_ms: float = 40.0, lo: int = 4, hi: int = 32) -> int:
+    """Timed calls per configuration per round: enough that a round's slot of the fastest configuration lasts about
+    ``slot_ms`` (a 2 ms transformer gets 20 calls, the 35 ms VAE the minimum), within [lo, hi]. The sixth session's
+    run timed every model 4 times per slot, and Inductor's ResNet-50 against itself read 1.03x."""
+    return max(lo, min(hi, math.ceil(slot_ms / max(fastest_ms, 1e-3))))
+
+
+def slot_reps(fns: dict, inputs) -> int:
+    """``reps_for`` the fastest of ``fns`` (3 timed calls each after a warm-up)."""
     from forge_backend.measure import Timer
 
     timer = Timer(torch.device("cuda", 0), flush_bytes=4)
+    return reps_for(min(timer.time(lambda: fn(*inputs), warmup=1, repeats=3).median_us / 1e3 for fn in fns.values()))
+
+
+def interleaved_ms(fns: dict, inputs, rounds: int = 8, reps: int | None = None) -> dict[str, list[float]]:
+    """Per configuration, its median ms per call in each round. The configurations are timed in alternating rounds
+    (each round: every configuration, ``reps`` timed calls (``slot_reps``) after one warm-up, in ``round_orders``),
+    so that a drift of the host's speed during the run (other work, clock changes) reaches every configuration
+    alike. Host-bound models (ResNet-50 at batch 1, the reduced-depth transformers) are sensitive to it; the
+    per-round ratios show how much, and ``inductor_again`` (Inductor's compiled model timed in a second slot of each
+    round) shows what two timings of the very same code differ by."""
+    from forge_backend.measure import Timer
+
+    timer = Timer(torch.device("cuda", 0), flush_bytes=4)
+    if reps is None:
+        reps = slot_reps(fns, inputs)
     samples: dict = {name: [] for name in fns}
     for order in round_orders(list(fns), rounds):
         for name in order:
@@ -201,8 +219,9 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
         out_i = kfi(*inputs)
         inductor_counters = dict(counters["kforge"])
         counters.clear()
-        rounds = interleaved_ms({"eager": model, "inductor": ind, "kforge_eager": kfe, "kforge_inductor": kfi,
-                                 "inductor_again": ind}, inputs)
+        configs = {"eager": model, "inductor": ind, "kforge_eager": kfe, "kforge_inductor": kfi, "inductor_again": ind}
+        reps = slot_reps(configs, inputs)
+        rounds = interleaved_ms(configs, inputs, reps=reps)
         ms = {name: statistics.median(v) for name, v in rounds.items()}
         gpu_ms = device_ms({"eager": model, "inductor": ind, "kforge_eager": kfe, "kforge_inductor": kfi}, inputs)
         call_counters = dict(counters["kforge"])  # kernel calls and layout fallbacks while timing
@@ -230,6 +249,7 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
             "kforge_eager_vs_eager": eager / kforge_eager, "kforge_inductor_vs_inductor": inductor / kforge_inductor,
             "kforge_inductor_vs_inductor_range": ratio_range(rounds["inductor"], rounds["kforge_inductor"]),
             "kforge_eager_vs_eager_range": ratio_range(rounds["eager"], rounds["kforge_eager"]), "round_ms": rounds,
+            "reps_per_round": reps,
             "inductor_vs_itself": inductor / ms["inductor_again"],
             "inductor_vs_itself_range": ratio_range(rounds["inductor"], rounds["inductor_again"]),
             "eager_device_ms": gpu_ms["eager"], "inductor_device_ms": gpu_ms["inductor"],

@@ -44,6 +44,13 @@ def test_round_orders_rotate_so_no_configuration_keeps_its_slot():
         assert sorted(o.index(name) for o in orders[:3]) == [0, 1, 2]
 
 
+def test_reps_fill_a_slot_of_the_fastest_configuration_within_bounds():
+    assert bench_models.reps_for(2.0) == 20  # a reduced-depth transformer
+    assert bench_models.reps_for(35.0) == 4  # the VAE: the minimum
+    assert bench_models.reps_for(0.01) == 32  # a tiny graph: the maximum
+    assert bench_models.reps_for(4.1) == 10
+
+
 def test_a_mode_run_is_merged_under_its_own_name(tmp_path):
     stem = bench_models.results_stem(mode="reduce-overhead")
     assert stem == "models_reduce_overhead" and bench_models.results_stem(check=True) == "models_check"

@@ -601,7 +601,8 @@ extern "C" __global__ __launch_bounds__(NT) void gn_cluster({params}) {{
   __cluster_barrier_wait();
   if (threadIdx.x < 32) {{
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (threadIdx.x < K) v = *reinterpret_cast<const float4*>(__cluster_map_shared_rank((const void*)&cpart, threadIdx.x));
+    if (threadIdx.x < K)
+      v = *reinterpret_cast<const float4*>(__cluster_map_shared_rank((const void*)&cpart, threadIdx.x));
     v = group_all<32, 32>(v, Chan(), (float4*)nullptr);
     if (threadIdx.x == 0) cstat = v;
   }}
