@@ -36,6 +36,8 @@ def softmax_variants(vec: int) -> list[dict[str, Any]]:
                      stream=[False, True]))
     out += list(grid(strategy="split", vec=vec, block=[256, 512], splits=[8, 16, 32], reverse=True,
                      stream=[False, True]))
+    out += list(grid(strategy="pipe", vec=vec, block=[256, 512, 1024], cs=[8, 16], clusters=[4, 8, 16],
+                     stream=[False, True]))
     return out
 
 
@@ -47,6 +49,8 @@ def group_norm_variants(vec: int) -> list[dict[str, Any]]:
                      stream=[False, True]))
     out += list(grid(strategy="split", vec=vec, block=[256, 512], k=[8, 16, 32], reverse=True, stream=[False, True]))
     out += list(grid(strategy="cluster", vec=vec, block=[512, 1024], cs=[4, 8, 16], cache=["reg", "smem"],
+                     stream=[False, True]))
+    out += list(grid(strategy="pipe", vec=vec, block=[512, 1024], cs=[4, 8, 16], clusters=[4, 8, 16, 33],
                      stream=[False, True]))
     return out
 

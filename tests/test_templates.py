@@ -267,6 +267,38 @@ def test_group_norm_sync_can_keep_its_chunk_in_shared_memory() -> None:
     assert not norm.valid(card, {**big, "bpt": 1024, "block": 1024})  # 1 MB: no SM has that much shared memory
 
 
+def test_pipe_softmax_walks_the_rows_with_a_fixed_set_of_clusters() -> None:
+    """strategy=pipe: ``clusters`` clusters of cs blocks (one block per SM by default) loop over the rows, the
+    current row's chunk in shared memory and the next row's in registers; the rows are a kernel argument, and the
+    grid does not depend on them. Long rows only; a fused prologue is loaded the same way."""
+    from forge_backend.search.templates import softmax as sm
+
+    card = CARDS["softmax_logits_f32"][0]()  # [64, 262144] fp32: 1 MB rows
+    p = sm.defaults(card, "pipe")
+    assert p == {"strategy": "pipe", "vec": 4, "block": 512, "cs": 16, "clusters": 8, "stream": False}
+    assert sm.valid(card, p) and p in sm.seeds(card)
+    cand = sm.generate(card, p)
+    launches, _ = resolve_plan(cand, card.sizes, card.floats)
+    assert launches[0].grid[0] == 8 * 16 and launches[0].smem == 262144 // 16 * 4
+    assert launches[0].args[-1] == ("i64", 64)  # the rows, resolved from the card's sizes
+    assert "__cluster_dims__(CS, 1, 1)" in cand.source and "nx[i]" in cand.source
+    _compile_once(cand)
+    acts = dict(sm.actions(card, p))
+    assert acts["clusters 8 -> 16"]["clusters"] == 16 and sm.valid(card, acts["clusters 8 -> 4"])
+    _compile_once(sm.generate(card, acts["stream False -> True"]))
+    assert sm.valid(card, {**p, "cs": 8})  # 128 KB per block: the most registers and shared memory allow
+    assert not sm.valid(card, {**p, "cs": 4})  # 256 KB per block: too much for either
+    assert not sm.valid(card, {**p, "clusters": 65})  # more clusters than rows
+    short = CARDS["softmax_1024_bf16"][0]()
+    assert not sm.valid(short, sm.defaults(short, "pipe"))  # 2 KB rows: not what it is for
+    fused = CARDS["softmax_fused_softcap"][0]()
+    q = sm.defaults(fused, "pipe")
+    assert sm.valid(fused, q)
+    src = sm.generate(fused, q).source
+    assert "const XRow xn = x_row(" in src and "ldx<T, VEC>(xn + col)" in src
+    _compile_once(sm.generate(fused, q))
+
+
 def test_group_norm_cluster_keeps_each_group_on_one_cluster() -> None:
     """strategy=cluster: one cluster of cs blocks per group, the chunk in registers (or shared memory, which the
     launch then asks for); a group too big for 16 blocks' registers or shared memory has no cluster variant."""
@@ -290,6 +322,27 @@ def test_group_norm_cluster_keeps_each_group_on_one_cluster() -> None:
     assert not norm.valid(card, {**p, "cs": 8, "cache": "smem"})  # and over the 227 KB of shared memory
     big = CARDS["group_norm_big_f32"][0]()
     assert not norm.valid(big, norm.defaults(big, "cluster"))
+
+
+def test_group_norm_pipe_walks_the_groups_with_a_fixed_set_of_clusters() -> None:
+    """strategy=pipe for group norm: ``clusters`` clusters of cs blocks walk the N*G groups, the current group's
+    chunk in shared memory and the next group's in registers; only groups of 256 KB or more."""
+    from forge_backend.search.templates import norm
+
+    card = CARDS["group_norm_vae_bf16"][0]()  # 2 MB groups
+    p = norm.defaults(card, "pipe")
+    assert p == {"strategy": "pipe", "vec": 8, "block": 1024, "cs": 16, "clusters": 8, "stream": False}
+    assert norm.valid(card, p) and p in norm.seeds(card)
+    cand = norm.generate(card, p)
+    launches, _ = resolve_plan(cand, card.sizes, card.floats)
+    assert launches[0].grid[0] == 8 * 16 and launches[0].smem == card.sizes["group_size"] // 16 * 2
+    assert "nx[i]" in cand.source and "cpart[it & 1]" in cand.source and not cand.scratch
+    _compile_once(cand)
+    _compile_once(norm.generate(card, dict(norm.actions(card, p))["stream False -> True"]))
+    assert not norm.valid(card, {**p, "clusters": 33})  # more clusters than the 32 groups
+    assert not norm.valid(card, {**p, "cs": 8})  # 256 KB per block
+    small = CARDS["group_norm_no_affine"][0]()  # 288 B groups
+    assert not norm.valid(small, norm.defaults(small, "pipe"))
 
 
 def _root_view() -> ParentView:

@@ -27,8 +27,13 @@ Strategies per op (``params["strategy"]``):
   many small groups ([2,1536,64,64] bf16: 26.8 us against the sync root's 46.7 us; [1,512,128,128] fp32: 30.0
   against 33.0 us) and loses on 2 MB groups ([1,512,256,256] bf16: 90.2 us against 55.2 us: one 128 KB block per
   SM leaves nothing to overlap its loads with its stores). It is a seed, not a root: the search tries it early.
-  ``stream`` (split, sync and cluster) makes the last read of the input and the write of the output streaming
-  accesses (ld/st.global.cs), so the output does not push input that is still to be re-read out of L2.
+  ``pipe``: the cluster layout walked by a fixed number of clusters (``clusters``, one block per SM by default):
+  each block keeps the current group's chunk in shared memory while the loads of its chunk of the next group are
+  already in flight into registers, so one group's statistics, barrier and stores overlap the next group's loads
+  (the cluster strategy's one-block-per-SM waves overlap nothing). Groups of 256 KB or more. Written after the
+  sixth session's device time was spent: compiled for sm_90 and planned in CI, not yet run on a GPU.
+  ``stream`` (split, sync, cluster and pipe) makes the last read of the input and the write of the output
+  streaming accesses (ld/st.global.cs), so the output does not push input that is still to be re-read out of L2.
 
 ``kforge.norm`` (norm_fusion.py: a layer/rms norm with the pointwise ops after it) uses the row kernels: every
 normalised element, rounded to the norm's output dtype as eager stores it, goes through the epilogue's expression
@@ -59,7 +64,7 @@ OPS = {"aten.native_layer_norm.default": "layer_norm", "aten._fused_rms_norm.def
        "aten._native_batch_norm_legit_no_training.default": "batch_norm",
        "aten.native_group_norm.default": "group_norm"}
 STRATEGIES = {"layer_norm": ("group", "block"), "rms_norm": ("group", "block"),
-              "batch_norm": ("flat", "plane", "hoist"), "group_norm": ("sync", "split", "cluster")}
+              "batch_norm": ("flat", "plane", "hoist"), "group_norm": ("sync", "split", "cluster", "pipe")}
 RMS_DEFAULT_EPS = 1.1920928955078125e-07  # torch.finfo(float32).eps: _fused_rms_norm's eps=None
 
 
@@ -166,6 +171,11 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
                 if valid(card, p):
                     return p
         return p
+    if strategy == "pipe":  # chunks of <= 128 KB: as many prefetch registers and as much shared memory per block
+        cs = next((c for c in (2, 4, 8, 16) if _gn_chunk(gs, c, vec) * _isz(card) <= 128 * 1024), 16)
+        return {"strategy": "pipe", "vec": vec, "block": clamp(pow2_ceil(cdiv(_gn_chunk(gs, cs, vec), vec * 8)), 128,
+                                                                1024),
+                "cs": cs, "clusters": max(1, min(ng, SMS // cs)), "stream": False}
     k = clamp(cdiv(8 * SMS, ng), 1, max(1, cdiv(gs, block * vec)))
     return {"strategy": "split", "vec": vec, "block": block, "k": k, "reverse": True, "stream": False}
 
@@ -245,6 +255,16 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     if s == "split":
         k = p.get("k", 0)
         return 1 <= k <= max(1, cdiv(gs, vec)) and ng * k < 2**31 and isinstance(p.get("reverse"), bool)
+    if s == "pipe":
+        cs, clusters = p.get("cs"), p.get("clusters", 0)
+        if cs not in (2, 4, 8, 16) or not 1 <= clusters <= ng or clusters * cs >= 2**31 or gs * isz < 256 * 1024:
+            return False
+        ch = _gn_chunk(gs, cs, vec)
+        if (cs - 1) * ch >= gs or block > max(128, pow2_ceil(cdiv(ch, vec))):
+            return False
+        per_thread = cdiv(ch, block * vec) * vec * isz
+        return per_thread <= REG_CACHE_THREAD and per_thread * block <= REG_CACHE_BLOCK and \
+            per_thread * block <= SMEM_LIMIT - _SYNC_STATIC_SMEM
     if s == "cluster":
         cs, cache = p.get("cs"), p.get("cache")
         if cs not in (2, 4, 8, 16) or cache not in ("reg", "smem") or ng * cs >= 2**31:
@@ -274,7 +294,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
 def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     kind = _kind(card)
     acts = [(f"strategy {p['strategy']} -> {s}", defaults(card, s)) for s in STRATEGIES[kind] if s != p["strategy"]]
-    for name in ("vec", "block", "tpr", "unroll", "k", "bpt", "cs"):
+    for name in ("vec", "block", "tpr", "unroll", "k", "bpt", "cs", "clusters"):
         acts += scale_knob(p, name)
     if "cache" in p and kind != "group_norm":
         acts.append(knob(p, "cache", "none" if p["cache"] == "reg" else "reg"))
@@ -526,7 +546,7 @@ def _group_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     if s == "split":
         k, nit = p["k"], 1
         ch = _gn_chunk(gs, k, vec)
-    elif s == "cluster":
+    elif s in ("cluster", "pipe"):
         k, ch = p["cs"], _gn_chunk(gs, p["cs"], vec)
         nit = cdiv(ch, block * vec)
     else:
@@ -542,7 +562,7 @@ def _group_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
           TB=_dtype(card, "bias", x.dtype), TM=_gn_stat_dtype(card, 1), TR=_gn_stat_dtype(card, 2))}
 typedef {"long long" if gs > 2**31 - 1 - ch else "int"} I;
 {consts(GS=gs, K=k, CH=ch, NIT=nit, VEC=vec, NT=block, HW=card.sizes["HxW"], D=card.sizes["ch_per_group"],
-        G=card.sizes["G"], TOTAL=ng * k, REV=int(p.get("reverse", False)))}
+        G=card.sizes["G"], TOTAL=ng * k, REV=int(p.get("reverse", False)), NG=ng)}
 typedef Pack<T, VEC> P;
 typedef Pack<TO, VEC> PO;
 {_GN_EXTRA}"""
@@ -613,6 +633,81 @@ extern "C" __global__ __launch_bounds__(NT) void gn_cluster({params}) {{
 """
         smem = nit * block * vec * isz if p["cache"] == "smem" else 0
         launches = [launch("gn_cluster", ng * k, block, args, smem)]
+        scratch = None
+    elif s == "pipe":
+        params, args = _args(card, common_args[:3] + tail)
+        load = "ldp_cs" if p.get("stream", False) else "ldp"
+        prefetch = f"""{{
+      const T* xn = x + ngi * GS;
+#pragma unroll
+      for (int i = 0; i < NIT; ++i) {{
+        const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
+        if (e < end) nx[i] = {load}<T, VEC>(xn + e);
+      }}
+    }}"""
+        source = head + f"""
+// A fixed number of clusters of K blocks walk the groups; block k takes chunk k of every group its cluster visits.
+// The current group's chunk sits in shared memory while the loads of the next group's chunk fly into registers
+// (nx), so this group's statistics, barrier and stores overlap the next group's loads. Stats as in gn_cluster.
+// The cluster shape sits on a declaration: the contract's kernel pattern wants `void NAME(` on the definition.
+extern "C" __global__ __cluster_dims__(K, 1, 1) void gn_pipe({params});
+extern "C" __global__ __launch_bounds__(NT) void gn_pipe({params}) {{
+  __shared__ float red[32];
+  __shared__ float4 cpart[2], cstat;  // cpart by parity: a block may publish the next group's before others read
+  extern __shared__ __align__(16) unsigned char dsm[];
+  P* cache = reinterpret_cast<P*>(dsm);
+  const int k = blockIdx.x % K;
+  const long long ncl = gridDim.x / K;
+  const I beg = (I)k * CH, end = min(beg + (I)CH, (I)GS);
+  const float n = (float)(end - beg);
+  P nx[NIT];
+  long long ngi = blockIdx.x / K;
+  if (ngi < NG) {prefetch}
+  int it = 0;
+  for (long long gi = ngi; gi < NG; gi += ncl, ++it) {{
+#pragma unroll
+    for (int i = 0; i < NIT; ++i)
+      if (beg + ((I)i * NT + threadIdx.x) * VEC < end) cache[i * NT + threadIdx.x] = nx[i];  // own slots only
+    ngi = gi + ncl;
+    if (ngi < NG) {prefetch}
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < NIT; ++i) {{
+      if (beg + ((I)i * NT + threadIdx.x) * VEC < end) {{
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) s += to_f(cache[i * NT + threadIdx.x].v[j]);
+      }}
+    }}
+    const float mb = group_all<NT, NT>(s, Sum(), red) / n;
+    float q = 0.f;
+#pragma unroll
+    for (int i = 0; i < NIT; ++i) {{
+      if (beg + ((I)i * NT + threadIdx.x) * VEC < end) {{
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {{ const float d = to_f(cache[i * NT + threadIdx.x].v[j]) - mb; q += d * d; }}
+      }}
+    }}
+    q = group_all<NT, NT>(q, Sum(), red);
+    if (threadIdx.x == 0) cpart[it & 1] = make_float4(n, mb, q, 0.f);
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32) {{
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (threadIdx.x < K)
+        v = *reinterpret_cast<const float4*>(__cluster_map_shared_rank((const void*)&cpart[it & 1], threadIdx.x));
+      v = group_all<32, 32>(v, Chan(), (float4*)nullptr);
+      if (threadIdx.x == 0) cstat = v;
+    }}
+    __syncthreads();
+    {{{_gn_normalise(card, "smem", p.get("stream", False), "cstat")}
+    }}
+    __syncthreads();  // every thread has read `cstat` before the next group's is written
+  }}
+  __cluster_barrier_arrive();  // no block leaves while another may still read its `cpart`
+  __cluster_barrier_wait();
+}}
+"""
+        launches = [launch("gn_pipe", p["clusters"] * k, block, args, nit * block * vec * isz)]
         scratch = None
     else:
         params, args = _args(card, common_args + [("scratch:sync", "int* __restrict__ sync", "")] + tail)

@@ -17,7 +17,15 @@ Strategies (``params["strategy"]``):
               chunk combines its row's partials and writes. ``reverse`` walks pass 2 backwards so it first
               re-reads the chunks pass 1 read last, which are still in L2.
 
-``stream`` (cluster and split) makes the last read of the input and the write of the output streaming accesses
+* ``pipe``    for long rows ([64, 262144]): a fixed number of clusters (``clusters``, one block per SM by default)
+              walk the rows, each block holding its chunk of the current row in shared memory while the loads of
+              its chunk of the next row are already in flight into registers, so one row's reduction, barrier
+              and stores overlap the next row's loads. It answers what the probes of the one-pass ``cluster``
+              showed: 2.6 waves of row-sized clusters, each block loading, then waiting at the barrier, then
+              storing, with nothing to overlap in its last wave. Written after the sixth session's device time was
+              spent: compiled for sm_90 and planned in CI, not yet run on a GPU.
+
+``stream`` (cluster, split and pipe) makes the last read of the input and the write of the output streaming accesses
 (ld/st.global.cs), so the output does not evict input that is still to be re-read from L2.
 
 Statistics are fp32 and reduced in a fixed order (bit-identical repeats). See Note [safe exp] in common.py for -inf.
@@ -41,7 +49,7 @@ from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACH
 from .fused import device_functions, value_lines
 
 OPS = ("aten._softmax.default", "aten._log_softmax.default")
-STRATEGIES = ("group", "block", "cluster", "split")
+STRATEGIES = ("group", "block", "cluster", "split", "pipe")
 
 
 def _fused_matches(card: OperatorCard) -> bool:
@@ -148,6 +156,11 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
         # chunks tie (27.1 vs 27.3 us) and stay in registers
         cache = "smem" if 32 * 1024 < chunk * isz <= 64 * 1024 else "reg"
         return {"strategy": "cluster", "vec": vec, "block": block, "cs": cs, "cache": cache, "stream": False}
+    if strategy == "pipe":  # 64 KB chunks: 64 KB of prefetch registers and 64 KB of shared memory per block
+        cs = next((c for c in (2, 4, 8, 16) if _chunk(cols, c, vec) * isz <= 64 * 1024), 16)
+        block = clamp(pow2_ceil(cdiv(_chunk(cols, cs, vec), vec * 8)), 128, 1024)
+        return {"strategy": "pipe", "vec": vec, "block": block, "cs": cs, "clusters": max(1, min(rows, SMS // cs)),
+                "stream": False}
     splits = clamp(cdiv(8 * SMS, rows), 2, max(2, cols // 8192))  # ~8 blocks per SM, chunks of >= 8K elements
     return {"strategy": "split", "vec": vec, "block": 512, "splits": splits, "reverse": True, "stream": False}
 
@@ -184,8 +197,20 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
             return False  # most threads would hold nothing
         return {"reg": _reg_fits(nit, vec, isz, block), "smem": _smem_cache_bytes(cols, block, vec, isz) <= SMEM_LIMIT,
                 "none": True}.get(p.get("cache"), False)
-    if s in ("cluster", "split") and not isinstance(p.get("stream", False), bool):
+    if s in ("cluster", "split", "pipe") and not isinstance(p.get("stream", False), bool):
         return False
+    if s == "pipe":
+        cs, clusters = p.get("cs"), p.get("clusters", 0)
+        if cs not in (2, 4, 8, 16) or not 1 <= clusters <= rows or clusters * cs > 2**31 - 1:
+            return False
+        if cols * isz < 64 * 1024:
+            return False  # short rows: the other strategies cover them
+        chunk = _chunk(cols, cs, vec)
+        if (cs - 1) * chunk >= cols or block > max(128, pow2_ceil(cdiv(chunk, vec))):
+            return False  # every block holds part of the row, most threads some of it
+        nit = cdiv(chunk, block * vec)
+        return _reg_fits(nit, vec, isz, block) and \
+            _smem_cache_bytes(chunk, block, vec, isz) <= SMEM_LIMIT - _CLUSTER_STATIC_SMEM
     if s == "cluster":
         cs, cache = p.get("cs"), p.get("cache", "reg")
         if cs not in (2, 4, 8, 16) or rows * cs > 2**31 - 1 or cols < cs * vec or cache not in ("reg", "smem", "none"):
@@ -203,7 +228,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
 def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     acts = [(f"strategy {p['strategy']} -> {s}", defaults(card, s)) for s in STRATEGIES if s != p["strategy"]]
     acts += scale_knob(p, "vec") + scale_knob(p, "block") + scale_knob(p, "tpr") + scale_knob(p, "cs")
-    acts += scale_knob(p, "splits")
+    acts += scale_knob(p, "splits") + scale_knob(p, "clusters")
     if p["strategy"] == "cluster":
         acts += [knob(p, "cache", c) for c in ("reg", "smem", "none") if c != p.get("cache", "reg")]
     elif "cache" in p:
@@ -218,7 +243,7 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
         acts.append(knob(p, "online", not p["online"]))
     if "reverse" in p:
         acts.append(knob(p, "reverse", not p["reverse"]))
-    if p["strategy"] in ("cluster", "split"):
+    if p["strategy"] in ("cluster", "split", "pipe"):
         acts.append(knob(p, "stream", not p.get("stream", False)))
     return filter_actions(card, p, acts, valid)
 
@@ -408,6 +433,70 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_cluster({_x_params(card
 """
 
 
+def _pipe_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
+    cols, block, vec, cs = card.sizes["cols"], p["block"], p["vec"], p["cs"]
+    stream, ld = p.get("stream", False), _ld(card)
+    chunk = _chunk(cols, cs, vec)
+    load = ld + "_cs" if stream else ld
+    next_row = _x_row(card, "nrow").replace(" xr = ", " xn = ")
+    prefetch = f"""{{
+      {next_row}
+#pragma unroll
+      for (int i = 0; i < NIT; ++i) {{
+        const int col = cbeg + (i * NT + lane) * VEC;
+        if (col < cend) nx[i] = {load}<T, VEC>(xn + col);
+      }}
+    }}"""
+    return _header(card, p, TPR=block, NT=block, CS=cs, CHUNK=chunk, NIT=cdiv(chunk, block * vec)) + f"""
+// A fixed number of clusters of CS blocks walk the rows; block `rank` takes columns [rank * CHUNK, (rank + 1) * CHUNK)
+// of every row its cluster visits. The chunk of the current row sits in shared memory while the loads of the next
+// row's chunk fly into registers (nx), so this row's statistics, barrier and stores overlap the next row's loads.
+// The cluster shape sits on a declaration: the contract's kernel pattern wants `void NAME(` on the definition.
+extern "C" __global__ __cluster_dims__(CS, 1, 1) void softmax_pipe({_x_params(card)}, TO* __restrict__ y, long long rows);
+extern "C" __global__ __launch_bounds__(NT) void softmax_pipe({_x_params(card)}, TO* __restrict__ y, long long rows) {{
+  __shared__ float red[32];
+  __shared__ float2 red2[32];
+  __shared__ float2 part[2], stat;  // part by row parity: a block may write the next row's before others read this
+  extern __shared__ __align__(16) unsigned char dsm[];
+  P* c = reinterpret_cast<P*>(dsm);
+  const int lane = threadIdx.x;
+  const int rank = blockIdx.x % CS;
+  const long long ncl = gridDim.x / CS;
+  const bool ok = true;
+  const int cbeg = rank * CHUNK, cend = min(cbeg + CHUNK, COLS);
+  P nx[NIT];
+  long long nrow = blockIdx.x / CS;
+  if (nrow < rows) {prefetch}
+  int it = 0;
+  for (long long row = nrow; row < rows; row += ncl, ++it) {{
+#pragma unroll
+    for (int i = 0; i < NIT; ++i)
+      if (cbeg + (i * NT + lane) * VEC < cend) c[i * NT + lane] = nx[i];  // each thread keeps its own slots
+    nrow = row + ncl;
+    if (nrow < rows) {prefetch}{_stats("smem", False)}
+    if (threadIdx.x == 0) part[it & 1] = make_float2(m, s);
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32) {{
+      float2 v = make_float2(-CUDART_INF_F, 0.f);
+      if (threadIdx.x < CS)
+        v = *reinterpret_cast<const float2*>(__cluster_map_shared_rank((const void*)&part[it & 1], threadIdx.x));
+      v = group_all<32, 32>(v, MaxSum(), (float2*)nullptr);
+      if (threadIdx.x == 0) stat = v;
+    }}
+    __syncthreads();
+    {{
+      const float m = stat.x, s = stat.y;
+      TO* yr = y + row * (long long)COLS;{_write("smem", log, stream, ld)}
+    }}
+    __syncthreads();  // every thread has read `stat` before the next row's is written
+  }}
+  __cluster_barrier_arrive();  // no block leaves while another may still read its `part`
+  __cluster_barrier_wait();
+}}
+"""
+
+
 def _split_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     rows, cols = card.sizes["rows"], card.sizes["cols"]
     block, vec, splits = p["block"], p["vec"], p["splits"]
@@ -462,6 +551,11 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
         smem = _smem_cache_bytes(_chunk(cols, p["cs"], vec), block, vec, isz) if p.get("cache") == "smem" else 0
         launches = [launch("softmax_cluster", f"rows * {p['cs']}", block, _in_args(card) + ["out:0"], smem)]
         src, scratch = _cluster_source(card, p, log), None
+    elif s == "pipe":
+        smem = _smem_cache_bytes(_chunk(cols, p["cs"], vec), block, vec, isz)
+        launches = [launch("softmax_pipe", p["clusters"] * p["cs"], block, _in_args(card) + ["out:0", "i64:rows"],
+                           smem)]
+        src, scratch = _pipe_source(card, p, log), None
     else:
         grid = f"rows * {p['splits']}"
         launches = [launch("softmax_part", grid, block, _in_args(card) + ["scratch:part"]),
