@@ -314,6 +314,38 @@ def row_offset(out: TensorSpec, x: TensorSpec, row: str = "row") -> str:
     return " + ".join(terms) or "0"
 
 
+def cluster_combine(part: str, stat: str, vtype: str, op: str, identity: str, size: str) -> str:
+    """C++ (after a cluster barrier): the first warp reads ``part`` from each of the ``size`` blocks of the cluster
+    through distributed shared memory, combines the values with ``op`` in rank order (``identity`` for the idle
+    lanes) and puts the result in this block's ``stat``: every block of the cluster computes the same value."""
+    return f"""
+  if (threadIdx.x < 32) {{
+    {vtype} v = {identity};
+    if (threadIdx.x < {size})
+      v = *reinterpret_cast<const {vtype}*>(__cluster_map_shared_rank((const void*)&{part}, threadIdx.x));
+    v = group_all<32, 32>(v, {op}(), ({vtype}*)nullptr);
+    if (threadIdx.x == 0) {stat} = v;
+  }}"""
+
+
+def walk_head(item: str, count: str, first: str, prefetch: str, owned: str, slot: str) -> str:
+    """C++ that opens a pipelined walk (the ``pipe`` strategies): this cluster's items ``first``, ``first + ncl``...
+    below ``count``. Before the loop the first item's packs are loaded into the registers ``nx``; each iteration
+    moves them into this thread's own ``slot`` (where ``owned``) and has ``prefetch`` load item ``n<item>``, the
+    next one, into ``nx`` while the body works on ``slot``. The caller closes the loop."""
+    return f"""
+  P nx[NIT];
+  long long n{item} = {first};
+  if (n{item} < {count}) {prefetch}
+  int it = 0;
+  for (long long {item} = n{item}; {item} < {count}; {item} += ncl, ++it) {{
+#pragma unroll
+    for (int i = 0; i < NIT; ++i)
+      if ({owned}) {slot} = nx[i];  // each thread keeps its own slots
+    n{item} = {item} + ncl;
+    if (n{item} < {count}) {prefetch}"""
+
+
 def row_fill(src: str, load: str = "ldp") -> str:
     """Load this thread's packs of [cbeg, cend) into the row cache ``c`` (read with ``load``)."""
     slot = "c[i]" if src == "reg" else "c[i * TPR + lane]"

@@ -55,9 +55,9 @@ from ...cards import OperatorCard
 from ...contract import Candidate
 from ...expression import NORM_OP
 from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMEM_LIMIT, SMS,
-                     align_of, best_vec, cdiv, clamp, consts, filter_actions, flat_contiguous, input_spec, knob,
-                     launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill, row_loop, same_layout,
-                     row_offset, rows_aligned, scale_knob, typedefs, vec_ok)
+                     align_of, best_vec, cdiv, clamp, cluster_combine, consts, filter_actions, flat_contiguous,
+                     input_spec, knob, launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill, row_loop,
+                     same_layout, row_offset, rows_aligned, scale_knob, typedefs, vec_ok, walk_head)
 from .epilogue import epilogue_function, epilogue_ok, extras
 
 OPS = {"aten.native_layer_norm.default": "layer_norm", "aten._fused_rms_norm.default": "rms_norm",
@@ -619,13 +619,7 @@ extern "C" __global__ __launch_bounds__(NT) void gn_cluster({params}) {{
   if (threadIdx.x == 0) cpart = make_float4(n, mb, q, 0.f);
   __cluster_barrier_arrive();
   __cluster_barrier_wait();
-  if (threadIdx.x < 32) {{
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (threadIdx.x < K)
-      v = *reinterpret_cast<const float4*>(__cluster_map_shared_rank((const void*)&cpart, threadIdx.x));
-    v = group_all<32, 32>(v, Chan(), (float4*)nullptr);
-    if (threadIdx.x == 0) cstat = v;
-  }}
+{cluster_combine("cpart", "cstat", "float4", "Chan", "make_float4(0.f, 0.f, 0.f, 0.f)", "K")}
   __cluster_barrier_arrive();  // done reading the other blocks' shared memory
   __syncthreads();{_gn_normalise(card, p["cache"], p.get("stream", False), "cstat")}
   __cluster_barrier_wait();  // no block leaves while another may still read its `cpart`
@@ -660,16 +654,8 @@ extern "C" __global__ __launch_bounds__(NT) void gn_pipe({params}) {{
   const long long ncl = gridDim.x / K;
   const I beg = (I)k * CH, end = min(beg + (I)CH, (I)GS);
   const float n = (float)(end - beg);
-  P nx[NIT];
-  long long ngi = blockIdx.x / K;
-  if (ngi < NG) {prefetch}
-  int it = 0;
-  for (long long gi = ngi; gi < NG; gi += ncl, ++it) {{
-#pragma unroll
-    for (int i = 0; i < NIT; ++i)
-      if (beg + ((I)i * NT + threadIdx.x) * VEC < end) cache[i * NT + threadIdx.x] = nx[i];  // own slots only
-    ngi = gi + ncl;
-    if (ngi < NG) {prefetch}
+{walk_head("gi", "NG", "blockIdx.x / K", prefetch, "beg + ((I)i * NT + threadIdx.x) * VEC < end",
+           "cache[i * NT + threadIdx.x]")}
     float s = 0.f;
 #pragma unroll
     for (int i = 0; i < NIT; ++i) {{
@@ -691,13 +677,7 @@ extern "C" __global__ __launch_bounds__(NT) void gn_pipe({params}) {{
     if (threadIdx.x == 0) cpart[it & 1] = make_float4(n, mb, q, 0.f);
     __cluster_barrier_arrive();
     __cluster_barrier_wait();
-    if (threadIdx.x < 32) {{
-      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (threadIdx.x < K)
-        v = *reinterpret_cast<const float4*>(__cluster_map_shared_rank((const void*)&cpart[it & 1], threadIdx.x));
-      v = group_all<32, 32>(v, Chan(), (float4*)nullptr);
-      if (threadIdx.x == 0) cstat = v;
-    }}
+{cluster_combine("cpart[it & 1]", "cstat", "float4", "Chan", "make_float4(0.f, 0.f, 0.f, 0.f)", "K")}
     __syncthreads();
     {{{_gn_normalise(card, "smem", p.get("stream", False), "cstat")}
     }}

@@ -43,9 +43,9 @@ from ...cards import OperatorCard
 from ...contract import Candidate
 from ...expression import SOFTMAX_OP, n_inputs, parse, result_dtype
 from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMEM_LIMIT, SMS,
-                     align_of, best_vec, broadcasts_over_rows, cdiv, clamp, consts, filter_actions, knob, launch,
-                     main_input, make_candidate, output_spec, pow2_ceil, row_fill, row_loop, row_offset, rows_aligned,
-                     scale_knob, typedefs, vec_ok)
+                     align_of, best_vec, broadcasts_over_rows, cdiv, clamp, cluster_combine, consts, filter_actions,
+                     knob, launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill, row_loop, row_offset,
+                     rows_aligned, scale_knob, typedefs, vec_ok, walk_head)
 from .fused import device_functions, value_lines
 
 OPS = ("aten._softmax.default", "aten._log_softmax.default")
@@ -417,12 +417,7 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_cluster({_x_params(card
   if (threadIdx.x == 0) part = make_float2(m, s);
   __cluster_barrier_arrive();
   __cluster_barrier_wait();
-  if (threadIdx.x < 32) {{
-    float2 v = make_float2(-CUDART_INF_F, 0.f);
-    if (threadIdx.x < CS) v = *reinterpret_cast<const float2*>(__cluster_map_shared_rank((const void*)&part, threadIdx.x));
-    v = group_all<32, 32>(v, MaxSum(), (float2*)nullptr);
-    if (threadIdx.x == 0) stat = v;
-  }}
+{cluster_combine("part", "stat", "float2", "MaxSum", "make_float2(-CUDART_INF_F, 0.f)", "CS")}
   __cluster_barrier_arrive();  // done reading the other blocks' shared memory
   __syncthreads();
   {{
@@ -464,26 +459,12 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_pipe({_x_params(card)},
   const long long ncl = gridDim.x / CS;
   const bool ok = true;
   const int cbeg = rank * CHUNK, cend = min(cbeg + CHUNK, COLS);
-  P nx[NIT];
-  long long nrow = blockIdx.x / CS;
-  if (nrow < rows) {prefetch}
-  int it = 0;
-  for (long long row = nrow; row < rows; row += ncl, ++it) {{
-#pragma unroll
-    for (int i = 0; i < NIT; ++i)
-      if (cbeg + (i * NT + lane) * VEC < cend) c[i * NT + lane] = nx[i];  // each thread keeps its own slots
-    nrow = row + ncl;
-    if (nrow < rows) {prefetch}{_stats("smem", False)}
+{walk_head("row", "rows", "blockIdx.x / CS", prefetch, "cbeg + (i * NT + lane) * VEC < cend", "c[i * NT + lane]")}
+{_stats("smem", False)}
     if (threadIdx.x == 0) part[it & 1] = make_float2(m, s);
     __cluster_barrier_arrive();
     __cluster_barrier_wait();
-    if (threadIdx.x < 32) {{
-      float2 v = make_float2(-CUDART_INF_F, 0.f);
-      if (threadIdx.x < CS)
-        v = *reinterpret_cast<const float2*>(__cluster_map_shared_rank((const void*)&part[it & 1], threadIdx.x));
-      v = group_all<32, 32>(v, MaxSum(), (float2*)nullptr);
-      if (threadIdx.x == 0) stat = v;
-    }}
+{cluster_combine("part[it & 1]", "stat", "float2", "MaxSum", "make_float2(-CUDART_INF_F, 0.f)", "CS")}
     __syncthreads();
     {{
       const float m = stat.x, s = stat.y;
