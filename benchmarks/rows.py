@@ -59,6 +59,10 @@ class Row:
                 scale, shift = e.chunk(2, dim=-1)
                 return F.layer_norm(t, (n,), eps=1e-6) * (1 + scale[:, None]) + shift[:, None]
             return adaln, (x, emb)
+        if self.op == "causal_conv1d":  # Qwen 3.5's linear attention: [B, L, C] seen as [B, C, L], depthwise, k=4
+            c = self.shape[-1]
+            w = torch.randn((c, 1, 4), generator=g, device=device, dtype=torch.float32).to(self.dtype)
+            return (lambda t, w: F.conv1d(t.transpose(1, 2), w, padding=3, groups=c)), (x, w)
         if self.op == "softcap_softmax":  # Gemma 4's sampling softmax over soft-capped logits
             return (lambda t: torch.softmax(torch.tanh(t / 30.0) * 30.0, -1, dtype=torch.float32)), (x,)
         raise ValueError(f"unknown op {self.op}")
@@ -86,6 +90,8 @@ def _rows() -> list[Row]:
     rows.append(Row("softcap_softmax", (64, 262144), torch.bfloat16, "Gemma4-E2B sampling, fused"))
     # a layer norm with its modulation (kforge.norm, Note [a norm takes its epilogue])
     rows.append(Row("adaln_layer_norm", (1, 4096, 1536), torch.bfloat16, "SD3.5 MMDiT adaLN, fused"))
+    # the one convolution taken by default (Note [the one convolution kforge takes by default])
+    rows.append(Row("causal_conv1d", (1, 2048, 8192), torch.bfloat16, "Qwen3.5 linear attention"))
     return rows
 
 

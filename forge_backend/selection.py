@@ -1,7 +1,8 @@
 """Which ATen ops are worth a kernel: op families as data, not scattered ifs.
 
 A node is a candidate when its overload belongs to an enabled family. Families ``matmul`` and ``conv`` are off by
-default (cuBLAS and cuDNN are hard to beat); opt in with ``families="matmul,conv"``. Views, metadata and RNG ops are
+default (cuBLAS and cuDNN are hard to beat); opt in with ``families="matmul,conv"``. One convolution is taken without
+opting in: the 1-D depthwise one (``depthwise_conv1d``), which ATen runs with a generic kernel. Views, metadata and RNG ops are
 never candidates: they are listed in DENIED so that a test pins the decision. Leaf module: imports nothing from kforge.
 """
 from __future__ import annotations
@@ -114,6 +115,21 @@ INDUCTOR_KEEPS: frozenset[str] = frozenset(
 def family_of(op_name: str) -> OpFamily | None:
     """The family an overload belongs to, or None."""
     return _FAMILY_OF.get(op_name)
+
+
+CONVOLUTION = "aten.convolution.default"
+
+
+def depthwise_conv1d(weight_shape: tuple[int, ...], groups: int, stride: list[int], dilation: list[int],
+                     transposed: bool, output_padding: list[int]) -> bool:
+    """Note [the one convolution kforge takes by default]
+    A 1-D depthwise convolution (a [C, 1, K] weight, ``groups == C``) with unit stride and dilation. Qwen 3.5's
+    linear-attention layers run one (the causal conv1d over q/k/v, when the fused kernel is not installed), and ATen
+    runs it with a generic depthwise kernel: 178 us per call for [1, 8192, 2048] bf16 on the H200, where the bytes
+    allow 16 us (benchmarks/results/h200/kernels_qwen35_moe_inductor.txt). Other convolutions stay behind the
+    ``conv`` opt-in. The arguments are ``aten.convolution``'s, the weight as its shape."""
+    return (len(weight_shape) == 3 and weight_shape[1] == 1 and weight_shape[0] == groups and groups > 1
+            and list(stride) == [1] and list(dilation) == [1] and not transposed and list(output_padding) == [0])
 
 
 def is_candidate(op_name: str, opted_in: frozenset[str] | tuple[str, ...] = (), inner: str = "eager") -> bool:

@@ -40,3 +40,16 @@ def test_inductor_keeps_the_ops_it_fuses():
         assert is_candidate(op) and not is_candidate(op, inner="inductor")
     for op in ("aten._softmax.default", "aten.native_group_norm.default", "aten.mean.dim"):
         assert is_candidate(op, inner="inductor")
+
+
+def test_only_the_1d_depthwise_convolution_is_taken_without_opting_in():
+    """Note [the one convolution kforge takes by default]: Qwen 3.5's causal conv1d ([C, 1, 4] weight, groups C)."""
+    from forge_backend.selection import depthwise_conv1d
+
+    assert depthwise_conv1d((8192, 1, 4), 8192, [1], [1], False, [0])
+    assert not depthwise_conv1d((8192, 1, 4), 8192, [2], [1], False, [0])  # strided
+    assert not depthwise_conv1d((8192, 1, 4), 8192, [1], [2], False, [0])  # dilated
+    assert not depthwise_conv1d((8192, 1, 4), 8192, [1], [1], True, [0])  # transposed
+    assert not depthwise_conv1d((64, 32, 3), 1, [1], [1], False, [0])  # a dense conv1d
+    assert not depthwise_conv1d((64, 1, 3, 3), 64, [1, 1], [1, 1], False, [0, 0])  # 2-D
+    assert not depthwise_conv1d((1, 1, 3), 1, [1], [1], False, [0])  # one channel: an ordinary conv

@@ -102,6 +102,12 @@ CARDS = {
                            "fused"),
 }
 
+
+CARDS.update({
+    "dwconv_qwen_bf16": (lambda: tc.causal_conv1d(8192, 2048), "conv"),
+    "dwconv_odd_f32": (lambda: tc.causal_conv1d(37, 29, k=3, dtype="float32", channels_fast=False, bias=True), "conv"),
+})
+
 UNMATCHED = {
     "convolution": lambda: tc.card_for("aten.convolution.default", {
         "input": tc.meta((1, 3, 8, 8)), "weight": tc.meta((4, 3, 3, 3)), "bias": None, "stride": [1, 1],
@@ -343,6 +349,25 @@ def test_group_norm_pipe_walks_the_groups_with_a_fixed_set_of_clusters() -> None
     assert not norm.valid(card, {**p, "cs": 8})  # 256 KB per block
     small = CARDS["group_norm_no_affine"][0]()  # 288 B groups
     assert not norm.valid(small, norm.defaults(small, "pipe"))
+
+
+def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
+    """The depthwise conv1d template loads along the input's unit-stride dim (channels, for Qwen's transposed view)
+    and stores along the output's; other convolutions (UNMATCHED) are left to PyTorch."""
+    from forge_backend.search.templates import conv
+
+    card = CARDS["dwconv_qwen_bf16"][0]()
+    assert conv.matches(card) and conv.root_params(card) == {"strategy": "tile", "tl": 64, "tc": 32, "block": 256}
+    cand = conv.generate(card, conv.root_params(card))
+    assert "constexpr int XC_FAST = 1;" in cand.source and "constexpr int YL_FAST = 1;" in cand.source
+    launches, _ = resolve_plan(cand, card.sizes, card.floats)
+    assert launches[0].grid == (2051 // 64 + 1, 8192 // 32, 1)  # L_out = 2048 + 2 * 3 - 4 + 1
+    odd = CARDS["dwconv_odd_f32"][0]()
+    src = conv.generate(odd, conv.root_params(odd)).source
+    assert "constexpr int XC_FAST = 0;" in src and "to_f(b[c])" in src
+    strided = tc.causal_conv1d(16, 9, k=2)
+    strided.scalars["stride"] = [2]
+    assert not conv.matches(strided)
 
 
 def _root_view() -> ParentView:

@@ -39,6 +39,8 @@ ANCHOR_CARDS = (
     + [tc.softmax_fused("to_float32(add(mul(x0,1.0),x1))",
                         [((1, 8, 2048, 2048), "bfloat16"), ((1, 1, 2048, 2048), "bfloat16")], "bfloat16"),
        tc.softmax_fused("to_float32(mul(tanh(div(x0,30.0)),30.0))", [((1, 64, 262144), "bfloat16")])]
+    # Qwen 3.5's causal conv1d over its linear-attention channels (a transposed view)
+    + [tc.causal_conv1d(8192, 2048)]
 )
 
 
@@ -66,6 +68,9 @@ ODD_CARDS = [
     tc.norm_fused("mul(x0,sigmoid(x1))", (3, 7, 1000), [((3, 7, 1000), "float32")], "float32", norm="rms_norm",
                   weight=True),
     tc.norm_fused("add(x0,mul(x1,2.0))", (5, 999), [((999,), "float16")], "float16", norm_out=1, weight=True),
+    # the depthwise conv1d in both layouts, a bias, kernels that do not divide the tiles
+    tc.causal_conv1d(37, 29, k=3, dtype="float32", channels_fast=False, bias=True),
+    tc.causal_conv1d(100, 130, k=4, dtype="bfloat16"), tc.causal_conv1d(33, 70, k=7, dtype="float16", bias=True),
 ]
 
 
