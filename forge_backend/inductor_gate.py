@@ -17,6 +17,9 @@ The single-op time Inductor is measured by (Note [the baseline inside Inductor])
 kernel replaces a node only when ``kforge_us * (1 + margin) + fused bytes at its rate + HOST_COST_US`` is below
 Inductor's time. Signature-level decisions (the provider) use no neighbours; node-level ones (the rewrite) do.
 
+An op Inductor itself runs as an extern call (a convolution, or a matmul in its default mode) loses no fusion
+when kforge replaces it: Inductor's own version makes the same tensors real. Its fusions are not charged.
+
 One exception, from measurement: in a graph where Inductor's layout optimisation applies (convolution nets; see
 ``inductor_reorders_layout``), Inductor runs 4-D activations channels-last, so its norm or pooling in the real graph
 is not the NCHW single op it was timed as. There the fusions are not charged: the SD3.5 VAE decoder with its group
@@ -32,6 +35,8 @@ from .fusion import Group
 from .rewrite import is_getitem
 
 HOST_COST_US = 5.0  # extra host time of an extern kforge call over an Inductor-generated launch (see the Note)
+# ops Inductor calls as externs in its default mode: replacing one loses no fusion (see the Note)
+INDUCTOR_EXTERNS = frozenset({"aten.convolution.default", "aten.mm.default", "aten.addmm.default", "aten.bmm.default"})
 
 
 def _is_view(node: torch.fx.Node) -> bool:
@@ -91,7 +96,10 @@ def inductor_reorders_layout(gm: torch.fx.GraphModule) -> bool:
 
 
 def charged_bytes(node: torch.fx.Node, layout_reordered: bool, group: Group | None = None) -> int:
-    """``fused_traffic_bytes``, except for 4-D nodes of a graph Inductor runs channels-last (see the Note)."""
+    """``fused_traffic_bytes``, except for ops Inductor runs as externs and for 4-D nodes of a graph Inductor runs
+    channels-last (see the Note)."""
+    if group is None and str(node.target) in INDUCTOR_EXTERNS:
+        return 0
     val = node.all_input_nodes[0].meta.get("val") if node.all_input_nodes else None
     if layout_reordered and isinstance(val, torch.Tensor) and val.dim() == 4 and group is None:
         return 0

@@ -5,7 +5,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from cpu_provider import CpuProvider
 from forge_backend.backend import make_backend
-from forge_backend.inductor_gate import HOST_COST_US, fused_traffic_bytes, replaces
+from forge_backend.inductor_gate import HOST_COST_US, charged_bytes, fused_traffic_bytes, replaces
 
 LN = torch.ops.aten.native_layer_norm.default
 SOFTMAX = torch.ops.aten._softmax.default
@@ -51,6 +51,20 @@ def test_a_matmul_neighbour_is_not_a_fusion():
         return torch.ops.aten._softmax(x @ w, -1, False) @ w
 
     assert fused_traffic_bytes(node_of(f, SOFTMAX, x, w)) == 0
+
+
+def test_an_op_inductor_runs_as_an_extern_is_charged_no_fusion():
+    """Qwen's causal conv1d is followed by a slice and a SiLU; Inductor cannot fuse those into its own (extern)
+    convolution either, so replacing it makes no tensor real that Inductor would have kept in registers."""
+    x, w = torch.randn(2, 11, 24), torch.randn(24, 1, 4)
+
+    def causal(x, w):
+        y = torch.nn.functional.conv1d(x.transpose(1, 2), w, padding=3, groups=24)
+        return torch.nn.functional.silu(y[..., :11])
+
+    node = node_of(causal, torch.ops.aten.convolution.default, x, w)
+    assert fused_traffic_bytes(node) > 0  # the SiLU reads the output
+    assert charged_bytes(node, layout_reordered=False) == 0
 
 
 @pytest.mark.parametrize("fused,used", [(0, True), (10**6, False)])
