@@ -15,12 +15,13 @@ from types import ModuleType
 import pytest
 import torch
 
-from cpu_provider import CpuProvider
+from cpu_provider import DEFAULT_OPS, CpuProvider
 from forge_backend.backend import make_backend
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SOFTMAX, LAYER_NORM, GROUP_NORM, MEAN = ("aten._softmax.default", "aten.native_layer_norm.default",
                                          "aten.native_group_norm.default", "aten.mean.dim")
+CONV = "aten.convolution.default"
 # The replaced nodes call the very ATen op, so differences come only from the AOT graph vs the eager module
 # (e.g. the order of a decomposed op's arithmetic); Inductor fuses and reorders more.
 TOL = {"eager": dict(rtol=1e-4, atol=1e-5), "inductor": dict(rtol=1e-3, atol=1e-4)}
@@ -37,11 +38,11 @@ def example(name: str) -> ModuleType:
     return sys.modules[module_name]
 
 
-def run_kforge(model: torch.nn.Module, inputs: tuple, inner: str = "eager"):
-    """Compile ``model`` with kforge and the CPU provider, check it matches eager and nothing fell back; return the
-    provider (its ``calls`` count the replaced kernels that ran) and the compile reports. Dynamo is reset around
-    every test by conftest."""
-    provider, reports = CpuProvider(), []
+def run_kforge(model: torch.nn.Module, inputs: tuple, inner: str = "eager", ops: tuple[str, ...] = DEFAULT_OPS):
+    """Compile ``model`` with kforge and the CPU provider (serving ``ops``), check it matches eager and nothing fell
+    back; return the provider (its ``calls`` count the replaced kernels that ran) and the compile reports. Dynamo is
+    reset around every test by conftest."""
+    provider, reports = CpuProvider(ops), []
     with torch.no_grad():
         expected = model(*inputs)
         compiled = torch.compile(model, backend=make_backend(provider, reports.append), options={"inner": inner})
@@ -230,9 +231,11 @@ def test_qwen35_moe_prefill_router_and_sampling_softmax(attn):
     config = qwen.text_config(attn, **TINY_QWEN35_MOE)
     model = qwen.build_model(config, device="cpu", dtype=torch.float32, positions=POSITIONS)
     ids = torch.randint(0, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(0))
-    provider, _ = run_kforge(model, (ids,))
+    provider, _ = run_kforge(model, (ids,), ops=DEFAULT_OPS + (CONV,))
     assert _sampling_softmax_replaced(provider)
     assert (PROMPT, TINY_QWEN35_MOE["num_experts"]) in replaced_shapes(provider, SOFTMAX)  # the router
+    # the linear-attention layers' causal conv1d (Note [the one convolution kforge takes by default])
+    assert provider.calls[CONV] == qwen.LAYER_TYPES.count("linear_attention")
     layers = len(qwen.LAYER_TYPES)
     attention_softmaxes = qwen.LAYER_TYPES.count("full_attention") if attn == "eager" else 0
     assert provider.calls[SOFTMAX] == layers + attention_softmaxes + 1
