@@ -20,7 +20,7 @@ from .fusion import Group, find_groups, group_signature
 from .rewrite import is_getitem
 from .norm_fusion import find_norm_groups, norm_group_signature
 from .selection import CONVOLUTION, depthwise_conv1d, is_candidate
-from .signature import OpSignature, signature_of
+from .signature import OpSignature, node_arguments, signature_of
 from .softmax_fusion import find_softmax_groups
 
 log = logging.getLogger("kforge")
@@ -28,17 +28,11 @@ log = logging.getLogger("kforge")
 
 def _depthwise_conv1d(node: torch.fx.Node) -> bool:
     """Note [the one convolution kforge takes by default] in selection.py, read off an ``aten.convolution`` node."""
-    if str(node.target) != CONVOLUTION or len(node.args) < 9 or not isinstance(node.args[1], torch.fx.Node):
+    if str(node.target) != CONVOLUTION:
         return False
-    weight = node.args[1].meta.get("val")
-    if not isinstance(weight, torch.Tensor):
-        return False
-    _, _, _, stride, _, dilation, transposed, output_padding, groups = node.args[:9]
-    try:
-        return depthwise_conv1d(tuple(weight.shape), int(groups), list(stride), list(dilation), bool(transposed),
-                                list(output_padding))
-    except (TypeError, ValueError):  # symbolic sizes or arguments
-        return False
+    args = dict(node_arguments(node))
+    weight = args["weight"].meta.get("val") if isinstance(args.get("weight"), torch.fx.Node) else None
+    return isinstance(weight, torch.Tensor) and depthwise_conv1d(tuple(weight.shape), args)
 
 
 @dataclass(frozen=True)
@@ -90,7 +84,7 @@ def scan(gm: torch.fx.GraphModule, families: tuple[str, ...] = (), inner: str = 
                 skipped.append((node.name, str(e)))
                 continue
             candidates.append(CandidateNode(node, sig, g))
-        if node in members or not (is_candidate(str(node.target), families, inner) or _depthwise_conv1d(node)):
+        if node in members or not is_candidate(str(node.target), families, inner, _depthwise_conv1d(node)):
             continue
         try:
             sig = signature_of(node)

@@ -10,7 +10,7 @@ from .cards import OperatorCard
 from .config import KforgeConfig
 from .expression import FUSED_OP, NORM_OP, SOFTMAX_OP
 from .modelspec import load
-from .selection import is_candidate
+from .selection import CONVOLUTION, depthwise_conv1d, is_candidate
 
 H200_COPY_GBPS = 4248.0  # measured device-to-device copy on the H200 (shared/anchors, 2026-11-30)
 
@@ -58,7 +58,8 @@ def looked_up(card: OperatorCard, families: tuple[str, ...], inner: str, cfg: Kf
         return cfg.fuse_softmax and is_candidate("aten._softmax.default", families, inner)
     if op == FUSED_OP:
         return inner == "eager" and cfg.fuse_pointwise
-    return is_candidate(op, families, inner)
+    weight = next((t.spec.shape for t in card.inputs if t.name == "weight"), ())
+    return is_candidate(op, families, inner, op == CONVOLUTION and depthwise_conv1d(weight, card.scalars))
 
 
 def model_cards(spec: str, families: tuple[str, ...] = (), inner: str | None = None) -> ModelCards:

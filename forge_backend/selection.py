@@ -8,6 +8,7 @@ never candidates: they are listed in DENIED so that a test pins the decision. Le
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 
 @dataclass(frozen=True)
@@ -120,24 +121,31 @@ def family_of(op_name: str) -> OpFamily | None:
 CONVOLUTION = "aten.convolution.default"
 
 
-def depthwise_conv1d(weight_shape: tuple[int, ...], groups: int, stride: list[int], dilation: list[int],
-                     transposed: bool, output_padding: list[int]) -> bool:
+def depthwise_conv1d(weight_shape: Sequence[int], args: Mapping[str, Any]) -> bool:
     """Note [the one convolution kforge takes by default]
     A 1-D depthwise convolution (a [C, 1, K] weight, ``groups == C``) with unit stride and dilation. Qwen 3.5's
     linear-attention layers run one (the causal conv1d over q/k/v, when the fused kernel is not installed), and ATen
     runs it with a generic depthwise kernel: 178 us per call for [1, 8192, 2048] bf16 on the H200, where the bytes
     allow 16 us (benchmarks/results/h200/kernels_qwen35_moe_inductor.txt). Other convolutions stay behind the
-    ``conv`` opt-in. The arguments are ``aten.convolution``'s, the weight as its shape."""
-    return (len(weight_shape) == 3 and weight_shape[1] == 1 and weight_shape[0] == groups and groups > 1
-            and list(stride) == [1] and list(dilation) == [1] and not transposed and list(output_padding) == [0])
+    ``conv`` opt-in. ``args`` are ``aten.convolution``'s by schema name (a node's or a card's scalars), the weight
+    given as its shape; ``is_candidate`` takes the answer."""
+    try:
+        groups = int(args["groups"])
+        return (len(weight_shape) == 3 and weight_shape[1] == 1 and weight_shape[0] == groups and groups > 1
+                and list(args["stride"]) == [1] and list(args["dilation"]) == [1] and not args["transposed"]
+                and list(args["output_padding"]) == [0])
+    except (KeyError, TypeError, ValueError):  # missing, symbolic or malformed arguments
+        return False
 
 
-def is_candidate(op_name: str, opted_in: frozenset[str] | tuple[str, ...] = (), inner: str = "eager") -> bool:
+def is_candidate(op_name: str, opted_in: frozenset[str] | tuple[str, ...] = (), inner: str = "eager",
+                 depthwise: bool = False) -> bool:
     """True when ``op_name`` (``str(OpOverload)``) belongs to an enabled family and is not denied; with
-    ``inner="inductor"``, ops Inductor fuses into its neighbours are not candidates (Note [what Inductor keeps])."""
+    ``inner="inductor"``, ops Inductor fuses into its neighbours are not candidates (Note [what Inductor keeps]).
+    ``depthwise``: the call is a convolution that ``depthwise_conv1d`` takes without the ``conv`` opt-in."""
     if op_name in DENIED or (inner == "inductor" and op_name in INDUCTOR_KEEPS):
         return False
     fam = _FAMILY_OF.get(op_name)
     if fam is None:
         return False
-    return fam.enabled_by_default or fam.name in opted_in
+    return fam.enabled_by_default or fam.name in opted_in or (depthwise and op_name == CONVOLUTION)

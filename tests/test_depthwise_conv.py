@@ -51,3 +51,25 @@ def test_backend_replaces_the_causal_conv_and_matches_eager(inner):
     assert provider.calls[CONV] >= 1
     [card] = [c for c in provider.cards_seen if c.op == CONV]
     assert card.family == "conv" and card.scalars["groups"] == 24
+
+
+def test_cards_and_prewarm_list_the_depthwise_conv(tmp_path):
+    """`kforge cards` / `kforge prewarm` take their cards from model_cards: the depthwise conv is among them on both
+    paths, as the compile looks it up; a dense conv is not."""
+    from forge_backend.inspect_model import model_cards
+
+    spec = tmp_path / "causal_spec.py"
+    spec.write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.dw = torch.nn.Conv1d(24, 24, 4, groups=24, padding=3, bias=False)\n"
+        "        self.dense = torch.nn.Conv1d(24, 24, 3, padding=1)\n"
+        "    def forward(self, x):\n"
+        "        return self.dense(self.dw(x.transpose(1, 2))[:, :, :11])\n"
+        "def get_model():\n    return M()\n"
+        "def get_inputs():\n    return (torch.randn(2, 11, 24),)\n")
+    for inner in ("eager", "inductor"):
+        convs = [c for c in model_cards(str(spec), inner=inner).cards if c.op == CONV]
+        assert [c.scalars["groups"] for c in convs] == [24], inner

@@ -46,10 +46,17 @@ def test_only_the_1d_depthwise_convolution_is_taken_without_opting_in():
     """Note [the one convolution kforge takes by default]: Qwen 3.5's causal conv1d ([C, 1, 4] weight, groups C)."""
     from forge_backend.selection import depthwise_conv1d
 
-    assert depthwise_conv1d((8192, 1, 4), 8192, [1], [1], False, [0])
-    assert not depthwise_conv1d((8192, 1, 4), 8192, [2], [1], False, [0])  # strided
-    assert not depthwise_conv1d((8192, 1, 4), 8192, [1], [2], False, [0])  # dilated
-    assert not depthwise_conv1d((8192, 1, 4), 8192, [1], [1], True, [0])  # transposed
-    assert not depthwise_conv1d((64, 32, 3), 1, [1], [1], False, [0])  # a dense conv1d
-    assert not depthwise_conv1d((64, 1, 3, 3), 64, [1, 1], [1, 1], False, [0, 0])  # 2-D
-    assert not depthwise_conv1d((1, 1, 3), 1, [1], [1], False, [0])  # one channel: an ordinary conv
+    def args(groups, stride=(1,), dilation=(1,), transposed=False, output_padding=(0,)):
+        return {"groups": groups, "stride": list(stride), "dilation": list(dilation), "transposed": transposed,
+                "output_padding": list(output_padding)}
+
+    assert depthwise_conv1d((8192, 1, 4), args(8192))
+    assert not depthwise_conv1d((8192, 1, 4), args(8192, stride=(2,)))  # strided
+    assert not depthwise_conv1d((8192, 1, 4), args(8192, dilation=(2,)))  # dilated
+    assert not depthwise_conv1d((8192, 1, 4), args(8192, transposed=True))  # transposed
+    assert not depthwise_conv1d((64, 32, 3), args(1))  # a dense conv1d
+    assert not depthwise_conv1d((64, 1, 3, 3), args(64, (1, 1), (1, 1), False, (0, 0)))  # 2-D
+    assert not depthwise_conv1d((1, 1, 3), args(1))  # one channel: an ordinary conv
+    assert not depthwise_conv1d((8192, 1, 4), {"groups": 8192})  # arguments missing
+    conv = "aten.convolution.default"
+    assert is_candidate(conv, (), "inductor", depthwise=True) and not is_candidate(conv)
