@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import roofline
-from .expression import FUSED_OP, NORM_OP, SOFTMAX_OP, aten_text, is_input_name, parse
+from .expression import FUSED_OP, NORM_OP, SOFTMAX_OP, aten_text, parse
+from .reference import norm_base
 from .selection import family_of
 from .signature import OpSignature, TensorSpec
 
@@ -144,9 +145,7 @@ def reference_call(sig: OpSignature) -> str:
         return aten_text(parse(sig.scalar_args()["expr"]))
     if sig.op == NORM_OP:
         s = sig.scalar_args()
-        base = ", ".join(a.name if a.tensor is not None else f"{a.name}={a.value!r}" for a in sig.args
-                         if a.name not in ("expr", "norm", "norm_out") and not is_input_name(a.name))
-        return f"x{s['norm_out']} = torch.ops.{s['norm']}({base})[0]; {aten_text(parse(s['expr']))}"
+        return f"x{s['norm_out']} = {reference_call(norm_base(sig))}[0]; {aten_text(parse(s['expr']))}"
     if sig.op == SOFTMAX_OP:
         return (f"torch.ops.aten._softmax.default({aten_text(parse(sig.scalar_args()['expr']))}, -1, False)"
                 f".to(torch.{sig.outputs[0].dtype})")

@@ -60,14 +60,18 @@ def call_aten(sig: OpSignature, inputs: Sequence[torch.Tensor], **overrides: Any
     return [outs[i] for i in sig.used_outputs]
 
 
+def norm_base(sig: OpSignature) -> OpSignature:
+    """The signature of a ``kforge.norm`` group's norm alone: its own arguments, its normalised output."""
+    args = tuple(a for a in sig.args if not is_input_name(a.name) and a.name not in ("expr", "norm", "norm_out"))
+    return OpSignature(str(sig.scalar_args()["norm"]), args, sig.outputs, (0,), sig.arch)
+
+
 def _norm_then_expression(sig: OpSignature, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
     """``kforge.norm``: the norm on its own arguments, then the expression over its output and the extra inputs."""
     scalars = sig.scalar_args()
     names = [name for name, _ in sig.tensor_args()]
     extra = {name: t for name, t in zip(names, inputs) if is_input_name(name)}
-    base_args = tuple(a for a in sig.args if not is_input_name(a.name) and a.name not in ("expr", "norm", "norm_out"))
-    base = OpSignature(str(scalars["norm"]), base_args, sig.outputs, (0,), sig.arch)
-    [y] = call_aten(base, [t for name, t in zip(names, inputs) if not is_input_name(name)])
+    [y] = call_aten(norm_base(sig), [t for name, t in zip(names, inputs) if not is_input_name(name)])
     k = int(scalars["norm_out"])
     operands = [y if i == k else extra[f"x{i}"] for i in range(len(extra) + 1)]
     return evaluate(str(scalars["expr"]), operands)

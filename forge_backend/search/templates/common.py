@@ -314,6 +314,11 @@ def row_offset(out: TensorSpec, x: TensorSpec, row: str = "row") -> str:
     return " + ".join(terms) or "0"
 
 
+def chunk_of(n: int, parts: int, vec: int) -> int:
+    """The length of each of ``parts`` chunks of ``n`` elements, in whole packs of ``vec`` (the last may be shorter)."""
+    return cdiv(cdiv(n, parts), vec) * vec
+
+
 def cluster_combine(part: str, stat: str, vtype: str, op: str, identity: str, size: str) -> str:
     """C++ (after a cluster barrier): the first warp reads ``part`` from each of the ``size`` blocks of the cluster
     through distributed shared memory, combines the values with ``op`` in rank order (``identity`` for the idle

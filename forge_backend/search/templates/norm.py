@@ -55,9 +55,10 @@ from ...cards import OperatorCard
 from ...contract import Candidate
 from ...expression import NORM_OP
 from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMEM_LIMIT, SMS,
-                     align_of, best_vec, cdiv, clamp, cluster_combine, consts, filter_actions, flat_contiguous,
-                     input_spec, knob, launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill, row_loop,
-                     same_layout, row_offset, rows_aligned, scale_knob, typedefs, vec_ok, walk_head)
+                     align_of, best_vec, cdiv, chunk_of, clamp, cluster_combine, consts, filter_actions,
+                     flat_contiguous, input_spec, knob, launch, main_input, make_candidate, output_spec, pow2_ceil,
+                     row_fill, row_loop, same_layout, row_offset, rows_aligned, scale_knob, typedefs, vec_ok,
+                     walk_head)
 from .epilogue import epilogue_function, epilogue_ok, extras
 
 OPS = {"aten.native_layer_norm.default": "layer_norm", "aten._fused_rms_norm.default": "rms_norm",
@@ -165,15 +166,15 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
     if strategy == "cluster":  # the fewest blocks per group whose chunk fits the block's registers, else smem
         for cache in ("reg", "smem"):
             for cs in (2, 4, 8, 16):
-                ch = _gn_chunk(gs, cs, vec)
+                ch = chunk_of(gs, cs, vec)
                 p = {"strategy": "cluster", "vec": vec, "block": clamp(pow2_ceil(cdiv(ch, vec * 8)), 128, 1024),
                      "cs": cs, "cache": cache, "stream": False}
                 if valid(card, p):
                     return p
         return p
     if strategy == "pipe":  # chunks of <= 128 KB: as many prefetch registers and as much shared memory per block
-        cs = next((c for c in (2, 4, 8, 16) if _gn_chunk(gs, c, vec) * _isz(card) <= 128 * 1024), 16)
-        return {"strategy": "pipe", "vec": vec, "block": clamp(pow2_ceil(cdiv(_gn_chunk(gs, cs, vec), vec * 8)), 128,
+        cs = next((c for c in (2, 4, 8, 16) if chunk_of(gs, c, vec) * _isz(card) <= 128 * 1024), 16)
+        return {"strategy": "pipe", "vec": vec, "block": clamp(pow2_ceil(cdiv(chunk_of(gs, cs, vec), vec * 8)), 128,
                                                                 1024),
                 "cs": cs, "clusters": max(1, min(ng, SMS // cs)), "stream": False}
     k = clamp(cdiv(8 * SMS, ng), 1, max(1, cdiv(gs, block * vec)))
@@ -209,10 +210,6 @@ def _hw(card: OperatorCard) -> int:
 def _channels_last(card: OperatorCard) -> bool:
     x = main_input(card)
     return x.is_channels_last() and not x.is_contiguous()
-
-
-def _gn_chunk(gs: int, cs: int, vec: int) -> int:
-    return cdiv(cdiv(gs, cs), vec) * vec
 
 
 def _sync_k(card: OperatorCard, p: dict[str, Any]) -> int:
@@ -255,27 +252,19 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     if s == "split":
         k = p.get("k", 0)
         return 1 <= k <= max(1, cdiv(gs, vec)) and ng * k < 2**31 and isinstance(p.get("reverse"), bool)
-    if s == "pipe":
-        cs, clusters = p.get("cs"), p.get("clusters", 0)
-        if cs not in (2, 4, 8, 16) or not 1 <= clusters <= ng or clusters * cs >= 2**31 or gs * isz < 256 * 1024:
+    if s in ("cluster", "pipe"):
+        cs = p.get("cs")
+        if cs not in (2, 4, 8, 16) or ng * cs >= 2**31:
             return False
-        ch = _gn_chunk(gs, cs, vec)
-        if (cs - 1) * ch >= gs or block > max(128, pow2_ceil(cdiv(ch, vec))):
-            return False
-        per_thread = cdiv(ch, block * vec) * vec * isz
-        return per_thread <= REG_CACHE_THREAD and per_thread * block <= REG_CACHE_BLOCK and \
-            per_thread * block <= SMEM_LIMIT - _SYNC_STATIC_SMEM
-    if s == "cluster":
-        cs, cache = p.get("cs"), p.get("cache")
-        if cs not in (2, 4, 8, 16) or cache not in ("reg", "smem") or ng * cs >= 2**31:
-            return False
-        ch = _gn_chunk(gs, cs, vec)
+        ch = chunk_of(gs, cs, vec)
         if (cs - 1) * ch >= gs or block > max(128, pow2_ceil(cdiv(ch, vec))):
             return False  # every block of the cluster holds part of the group, and most threads hold some of it
         per_thread = cdiv(ch, block * vec) * vec * isz
-        if cache == "reg":
-            return per_thread <= REG_CACHE_THREAD and per_thread * block <= REG_CACHE_BLOCK
-        return per_thread * block <= SMEM_LIMIT - _SYNC_STATIC_SMEM
+        in_regs = per_thread <= REG_CACHE_THREAD and per_thread * block <= REG_CACHE_BLOCK
+        in_smem = per_thread * block <= SMEM_LIMIT - _SYNC_STATIC_SMEM
+        if s == "pipe":  # the current chunk in shared memory, the next one in registers
+            return 1 <= p.get("clusters", 0) <= ng and gs * isz >= 256 * 1024 and in_regs and in_smem
+        return {"reg": in_regs, "smem": in_smem}.get(p.get("cache"), False)
     bpt, cache = p.get("bpt", 0), p.get("cache", "reg")
     if bpt not in (16, 32, 64, 128, 256, 512, 1024) or bpt % (vec * isz) or cache not in ("reg", "smem", "none"):
         return False
@@ -545,9 +534,9 @@ def _group_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     gs, ng = card.sizes["group_size"], card.sizes["N"] * card.sizes["G"]
     if s == "split":
         k, nit = p["k"], 1
-        ch = _gn_chunk(gs, k, vec)
+        ch = chunk_of(gs, k, vec)
     elif s in ("cluster", "pipe"):
-        k, ch = p["cs"], _gn_chunk(gs, p["cs"], vec)
+        k, ch = p["cs"], chunk_of(gs, p["cs"], vec)
         nit = cdiv(ch, block * vec)
     else:
         nit = p["bpt"] // (vec * isz)

@@ -43,9 +43,9 @@ from ...cards import OperatorCard
 from ...contract import Candidate
 from ...expression import SOFTMAX_OP, n_inputs, parse, result_dtype
 from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMEM_LIMIT, SMS,
-                     align_of, best_vec, broadcasts_over_rows, cdiv, clamp, cluster_combine, consts, filter_actions,
-                     knob, launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill, row_loop, row_offset,
-                     rows_aligned, scale_knob, typedefs, vec_ok, walk_head)
+                     align_of, best_vec, broadcasts_over_rows, cdiv, chunk_of, clamp, cluster_combine, consts,
+                     filter_actions, knob, launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill,
+                     row_loop, row_offset, rows_aligned, scale_knob, typedefs, vec_ok, walk_head)
 from .fused import device_functions, value_lines
 
 OPS = ("aten._softmax.default", "aten._log_softmax.default")
@@ -118,10 +118,6 @@ def _best_vec(card: OperatorCard) -> int:
     return vec
 
 
-def _chunk(cols: int, parts: int, vec: int) -> int:
-    return cdiv(cdiv(cols, parts), vec) * vec
-
-
 def _reg_fits(nit: int, vec: int, isz: int, block: int) -> bool:
     per_thread = nit * vec * isz
     return per_thread <= REG_CACHE_THREAD and per_thread * block <= REG_CACHE_BLOCK
@@ -148,8 +144,8 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
     if strategy == "cluster":
         # chunks of <= 32 KB: the H200 probe (benchmarks/results/h200/probe_write_flush.json) had [64, 262144]
         # fastest with 16 blocks per row in both dtypes (bf16 28.8 us at cs=16 vs 38.1 us at cs=8)
-        cs = next((c for c in (2, 4, 8, 16) if _chunk(cols, c, vec) * isz <= 32 * 1024 and rows * c >= 2 * SMS), 16)
-        chunk = _chunk(cols, cs, vec)
+        cs = next((c for c in (2, 4, 8, 16) if chunk_of(cols, c, vec) * isz <= 32 * 1024 and rows * c >= 2 * SMS), 16)
+        chunk = chunk_of(cols, cs, vec)
         block = clamp(pow2_ceil(cdiv(chunk, vec * 8)), 128, 1024)
         # a 32-64 KB chunk goes to shared memory: [64, 262144] fp32 (64 KB chunks) ran 44.4 us with cache=smem
         # against 47.0 us in registers, same run (benchmarks/results/h200/probe_smem_softmax.json); bf16's 32 KB
@@ -157,8 +153,8 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
         cache = "smem" if 32 * 1024 < chunk * isz <= 64 * 1024 else "reg"
         return {"strategy": "cluster", "vec": vec, "block": block, "cs": cs, "cache": cache, "stream": False}
     if strategy == "pipe":  # 64 KB chunks: 64 KB of prefetch registers and 64 KB of shared memory per block
-        cs = next((c for c in (2, 4, 8, 16) if _chunk(cols, c, vec) * isz <= 64 * 1024), 16)
-        block = clamp(pow2_ceil(cdiv(_chunk(cols, cs, vec), vec * 8)), 128, 1024)
+        cs = next((c for c in (2, 4, 8, 16) if chunk_of(cols, c, vec) * isz <= 64 * 1024), 16)
+        block = clamp(pow2_ceil(cdiv(chunk_of(cols, cs, vec), vec * 8)), 128, 1024)
         return {"strategy": "pipe", "vec": vec, "block": block, "cs": cs, "clusters": max(1, min(rows, SMS // cs)),
                 "stream": False}
     splits = clamp(cdiv(8 * SMS, rows), 2, max(2, cols // 8192))  # ~8 blocks per SM, chunks of >= 8K elements
@@ -205,7 +201,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
             return False
         if cols * isz < 64 * 1024:
             return False  # short rows: the other strategies cover them
-        chunk = _chunk(cols, cs, vec)
+        chunk = chunk_of(cols, cs, vec)
         if (cs - 1) * chunk >= cols or block > max(128, pow2_ceil(cdiv(chunk, vec))):
             return False  # every block holds part of the row, most threads some of it
         nit = cdiv(chunk, block * vec)
@@ -215,7 +211,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         cs, cache = p.get("cs"), p.get("cache", "reg")
         if cs not in (2, 4, 8, 16) or rows * cs > 2**31 - 1 or cols < cs * vec or cache not in ("reg", "smem", "none"):
             return False
-        chunk = _chunk(cols, cs, vec)
+        chunk = chunk_of(cols, cs, vec)
         if block > max(128, pow2_ceil(cdiv(chunk, vec))):
             return False
         if cache == "smem":
@@ -395,7 +391,7 @@ def _cluster_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     cols, block, vec, cs = card.sizes["cols"], p["block"], p["vec"], p["cs"]
     cache, stream = p.get("cache", "reg"), p.get("stream", False)
     src = cache if cache != "none" else "global"
-    chunk = _chunk(cols, cs, vec)
+    chunk = chunk_of(cols, cs, vec)
     ld = _ld(card)
     keep = _CACHE_DECL[cache] + (row_fill(cache, ld) if cache != "none" else "")  # TPR = NT: one row per block
     return _header(card, p, TPR=block, NT=block, CS=cs, CHUNK=chunk, NIT=cdiv(chunk, block * vec)) + f"""
@@ -431,7 +427,7 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_cluster({_x_params(card
 def _pipe_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     cols, block, vec, cs = card.sizes["cols"], p["block"], p["vec"], p["cs"]
     stream, ld = p.get("stream", False), _ld(card)
-    chunk = _chunk(cols, cs, vec)
+    chunk = chunk_of(cols, cs, vec)
     load = ld + "_cs" if stream else ld
     next_row = _x_row(card, "nrow").replace(" xr = ", " xn = ")
     prefetch = f"""{{
@@ -481,7 +477,7 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_pipe({_x_params(card)},
 def _split_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     rows, cols = card.sizes["rows"], card.sizes["cols"]
     block, vec, splits = p["block"], p["vec"], p["splits"]
-    chunk = _chunk(cols, splits, vec)
+    chunk = chunk_of(cols, splits, vec)
     head = _header(card, p, TPR=block, NT=block, S=splits, CHUNK=chunk, TOTAL=rows * splits, REV=int(p["reverse"]))
     return head + f"""
 // Pass 1: block b = row * S + k writes the (max, sum) of chunk k of its row.
@@ -529,11 +525,11 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
         launches = [launch("softmax_rows", f"cdiv(rows, {rpb})", block, _in_args(card) + ["out:0", "i64:rows"], smem)]
         src, scratch = _rows_source(card, p, log), None
     elif s == "cluster":
-        smem = _smem_cache_bytes(_chunk(cols, p["cs"], vec), block, vec, isz) if p.get("cache") == "smem" else 0
+        smem = _smem_cache_bytes(chunk_of(cols, p["cs"], vec), block, vec, isz) if p.get("cache") == "smem" else 0
         launches = [launch("softmax_cluster", f"rows * {p['cs']}", block, _in_args(card) + ["out:0"], smem)]
         src, scratch = _cluster_source(card, p, log), None
     elif s == "pipe":
-        smem = _smem_cache_bytes(_chunk(cols, p["cs"], vec), block, vec, isz)
+        smem = _smem_cache_bytes(chunk_of(cols, p["cs"], vec), block, vec, isz)
         launches = [launch("softmax_pipe", p["clusters"] * p["cs"], block, _in_args(card) + ["out:0", "i64:rows"],
                            smem)]
         src, scratch = _pipe_source(card, p, log), None
