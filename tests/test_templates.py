@@ -351,6 +351,63 @@ def test_group_norm_pipe_walks_the_groups_with_a_fixed_set_of_clusters() -> None
     assert not norm.valid(small, norm.defaults(small, "pipe"))
 
 
+def test_softmax_cluster_keeps_part_of_its_chunk_and_rereads_the_rest_first() -> None:
+    """Note [a chunk kept in part]: cluster + cache=smem + keep holds the first ``keep`` packs of each thread in
+    shared memory (the launch asks for only that much) and re-reads the rest, first in the write; ``keep`` must be
+    below the chunk's packs (all of them is plain smem) and the loops stay fully unrolled."""
+    from forge_backend.search.templates import softmax as sm
+
+    card = CARDS["softmax_logits_f32"][0]()  # 64 KB chunks over 16 blocks of 256 threads: 16 packs per thread
+    p = {"strategy": "cluster", "vec": 4, "block": 256, "cs": 16, "cache": "smem", "keep": 6, "stream": True}
+    assert sm.valid(card, p)
+    cand = sm.generate(card, p)
+    launches, _ = resolve_plan(cand, card.sizes, card.floats)
+    assert launches[0].smem == 6 * 256 * 4 * 4 and launches[0].grid[0] == 64 * 16
+    src = cand.source
+    assert "for (int i = KEEP; i < NIT; ++i)" in src and "for (int i = 0; i < KEEP; ++i)" in src
+    write = src[src.index("const float inv"):]  # the rest (streamed: its last read) before the kept packs
+    assert write.index("ldp_cs<T, VEC>(xr + col)") < write.index("c[i * TPR + lane]")
+    _compile_once(cand)
+    assert not sm.valid(card, {**p, "keep": 16}) and not sm.valid(card, {**p, "keep": 0})
+    assert not sm.valid(card, {**p, "cache": "reg"})  # a part is kept in shared memory only
+    assert not sm.valid(card, {**p, "block": 32, "keep": 1})  # 128 packs per thread: past MAX_UNROLLED_PACKS
+    acts = dict(sm.actions(card, p))
+    assert acts["keep 6 -> all"] == {k: v for k, v in p.items() if k != "keep"}
+    assert acts["keep 6 -> 12"]["keep"] == 12 and acts["keep 6 -> 7"]["keep"] == 7
+    assert "keep" not in acts["cache smem -> none"]
+    whole = acts["keep 6 -> all"]
+    assert dict(sm.actions(card, whole))["keep None -> 8"]["keep"] == 8  # from a whole chunk: keep half
+    fused = CARDS["softmax_fused_softcap"][0]()
+    q = {**sm.defaults(fused, "cluster"), "cache": "smem"}
+    nit = -(-sm.chunk_of(fused.sizes["cols"], q["cs"], q["vec"]) // (q["block"] * q["vec"]))
+    q["keep"] = max(1, nit // 2)
+    assert sm.valid(fused, q)
+    _compile_once(sm.generate(fused, q))
+
+
+def test_group_norm_cluster_keeps_part_of_its_chunk() -> None:
+    """The group norm's cluster keeps ``keep`` packs per thread in shared memory and re-reads the rest (Note [a
+    chunk kept in part] in softmax.py): statistics from shifted sums over both, the write re-reading the rest first."""
+    from forge_backend.search.templates import norm
+
+    card = CARDS["group_norm_vae_bf16"][0]()  # 2 MB groups over 16 blocks of 512 threads: 16 packs per thread
+    p = {"strategy": "cluster", "vec": 8, "block": 512, "cs": 16, "cache": "smem", "keep": 6, "stream": False}
+    assert norm.valid(card, p)
+    cand = norm.generate(card, p)
+    launches, _ = resolve_plan(cand, card.sizes, card.floats)
+    assert launches[0].smem == 6 * 512 * 8 * 2
+    src = cand.source
+    write = src[src.index("const float4 st = cstat"):]
+    assert write.index("ldp<T, VEC>(xg + e)") < write.index("cache[i * NT + threadIdx.x]")
+    _compile_once(cand)
+    assert not norm.valid(card, {**p, "keep": 16}) and not norm.valid(card, {**p, "cache": "reg"})
+    assert dict(norm.actions(card, {k: v for k, v in p.items() if k != "keep"}))["keep None -> 8"]["keep"] == 8
+    odd = tc.group_norm(1, 96, 13, 17)
+    q = {"strategy": "cluster", "vec": 1, "block": 128, "cs": 2, "cache": "smem", "keep": 1, "stream": True}
+    assert norm.valid(odd, q)  # 663-element groups: 3 packs per thread, the last partly past the chunk
+    _compile_once(norm.generate(odd, q))
+
+
 def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
     """The depthwise conv1d template loads along the input's unit-stride dim (channels, for Qwen's transposed view)
     and stores along the output's; other convolutions (UNMATCHED) are left to PyTorch."""
@@ -389,6 +446,27 @@ def test_proposer_root_then_strategies_then_exhausted() -> None:
     assert [p.params for p in got] == seeds
     assert [p.action for p in got[1:]] == [f"template strategy {s['strategy']}" for s in seeds[1:]]
     assert prop.propose(card, _root_view(), rng) is None
+
+
+def test_two_seeds_of_one_strategy_both_reach_the_search() -> None:
+    """The big group norms have a plain cluster seed and a kept-in-part one (norm.kept_seed), the kept one right
+    after the root. The search skips an action its parent's children already took, so each seed needs its own
+    label: in the seventh session's ops run the kept seed shared "template strategy cluster" with the plain one and
+    was never tried."""
+    from forge_backend.search.templates import norm
+
+    card = CARDS["group_norm_vae_bf16"][0]()
+    seeds = norm.seeds(card)
+    assert norm.kept_seed(card) in seeds
+    prop, rng, siblings, got = TemplateProposer(), random.Random(0), [], []
+    while (p := prop.propose(card, ParentView(0, None, {}, None, None, None, (), tuple(siblings)), rng)) is not None:
+        siblings.append(p.action)
+        got.append(p)
+    assert [p.params for p in got] == seeds
+    assert len(set(siblings)) == len(siblings)
+    assert "keep" in got[1].params and got[1].action == "template strategy cluster"  # right after the root
+    plain = next(p for p in got[2:] if p.params.get("strategy") == "cluster")
+    assert plain.action.startswith("template strategy cluster (") and "cache=reg" in plain.action
 
 
 def test_proposer_offers_the_neighbours_of_failed_seeds_at_the_root() -> None:

@@ -91,3 +91,28 @@ def test_sample_of_family_space_at_odd_sizes(card):
         if p not in seen:
             seen.append(p)
             check(card, p)
+
+
+# Note [a chunk kept in part]: chunks whose kept packs end inside the chunk, in the last pack, or past the row's end
+KEPT_IN_PART = [
+    (tc.softmax((3, 70001), "float32"), {"strategy": "cluster", "vec": 1, "block": 256, "cs": 16, "cache": "smem",
+                                         "keep": 5, "stream": True}),
+    (tc.softmax((5, 40000), "bfloat16"), {"strategy": "cluster", "vec": 8, "block": 128, "cs": 4, "cache": "smem",
+                                          "keep": 9, "stream": False}),
+    (tc.softmax_fused("to_float32(mul(tanh(div(x0,30.0)),30.0))", [((1, 3, 70000), "bfloat16")]),
+     {"strategy": "cluster", "vec": 4, "block": 128, "cs": 8, "cache": "smem", "keep": 3, "stream": True}),
+    (tc.group_norm(1, 96, 13, 17, dtype="bfloat16"), {"strategy": "cluster", "vec": 1, "block": 128, "cs": 2,
+                                                      "cache": "smem", "keep": 1, "stream": True}),
+    (tc.group_norm(2, 96, 37, 33, dtype="float32"), {"strategy": "cluster", "vec": 1, "block": 128, "cs": 4,
+                                                     "cache": "smem", "keep": 2, "stream": False}),
+    (tc.group_norm(1, 512, 256, 256, dtype="bfloat16", used=(0,)),
+     {"strategy": "cluster", "vec": 8, "block": 512, "cs": 16, "cache": "smem", "keep": 6, "stream": True}),
+]
+
+
+@pytest.mark.parametrize("case", KEPT_IN_PART, ids=lambda c: f"{c[0].op.removeprefix('aten.')}-"
+                         f"{'x'.join(map(str, c[0].inputs[0].spec.shape))}-keep{c[1]['keep']}")
+def test_chunk_kept_in_part_passes_the_verifier(case):
+    card, params = case
+    assert family_for(card).valid(card, params), params
+    check(card, params)

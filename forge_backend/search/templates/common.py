@@ -314,6 +314,11 @@ def row_offset(out: TensorSpec, x: TensorSpec, row: str = "row") -> str:
     return " + ".join(terms) or "0"
 
 
+# The most packs per thread a fully unrolled chunk loop may have (the loops of a chunk kept in part): past it the
+# cubin and its compile time grow with no more loads in flight to gain.
+MAX_UNROLLED_PACKS = 64
+
+
 def chunk_of(n: int, parts: int, vec: int) -> int:
     """The length of each of ``parts`` chunks of ``n`` elements, in whole packs of ``vec`` (the last may be shorter)."""
     return cdiv(cdiv(n, parts), vec) * vec
@@ -351,25 +356,25 @@ def walk_head(item: str, count: str, first: str, prefetch: str, owned: str, slot
     if (n{item} < {count}) {prefetch}"""
 
 
-def row_fill(src: str, load: str = "ldp") -> str:
-    """Load this thread's packs of [cbeg, cend) into the row cache ``c`` (read with ``load``)."""
+def row_fill(src: str, load: str = "ldp", nit: str = "NIT") -> str:
+    """Load this thread's first ``nit`` packs of [cbeg, cend) into the row cache ``c`` (read with ``load``)."""
     slot = "c[i]" if src == "reg" else "c[i * TPR + lane]"
     return f"""
 #pragma unroll
-  for (int i = 0; i < NIT; ++i) {{
+  for (int i = 0; i < {nit}; ++i) {{
     const int col = cbeg + (i * TPR + lane) * VEC;
     if (ok && col < cend) {slot} = {load}<T, VEC>(xr + col);
   }}"""
 
 
-def row_loop(src: str, body: str, load: str = "ldp") -> str:
-    """Run ``body`` on each of this thread's packs ``p`` (at column ``col``) from the cache or from global (read
-    with ``load``: ``ldp``, or ``ldp_cs`` for a last read)."""
+def row_loop(src: str, body: str, load: str = "ldp", nit: str = "NIT") -> str:
+    """Run ``body`` on each of this thread's packs ``p`` (at column ``col``) from the cache (its first ``nit`` packs)
+    or from global (read with ``load``: ``ldp``, or ``ldp_cs`` for a last read)."""
     if src in ("reg", "smem"):
         slot = "c[i]" if src == "reg" else "c[i * TPR + lane]"
         return f"""
 #pragma unroll
-  for (int i = 0; i < NIT; ++i) {{
+  for (int i = 0; i < {nit}; ++i) {{
     const int col = cbeg + (i * TPR + lane) * VEC;
     if (ok && col < cend) {{ const P p = {slot}; {body} }}
   }}"""

@@ -12,7 +12,8 @@ TL + K - 1 halo into shared memory with consecutive threads along the input's un
 positions), then computes and stores with consecutive threads along the output's unit-stride dim, so both the
 loads and the stores coalesce whatever the layouts. Sums are fp32 over k in ascending order, rounded once.
 
-Written after the sixth session's device time was spent: compiled for sm_90 and planned in CI, not yet run on a GPU.
+On the H200 (seventh session, benchmarks/results/h200/ops.json, row ``causal_conv1d``): 52.3 us against Inductor's
+191.6 us and eager's 297.4 us, at 30% of the copy bandwidth; inside Qwen under Inductor it replaces ATen's kernel.
 """
 from __future__ import annotations
 

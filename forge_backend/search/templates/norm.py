@@ -27,18 +27,24 @@ Strategies per op (``params["strategy"]``):
   many small groups ([2,1536,64,64] bf16: 26.8 us against the sync root's 46.7 us; [1,512,128,128] fp32: 30.0
   against 33.0 us) and loses on 2 MB groups ([1,512,256,256] bf16: 90.2 us against 55.2 us: one 128 KB block per
   SM leaves nothing to overlap its loads with its stores). It is a seed, not a root: the search tries it early.
+  With ``keep`` (Note [a chunk kept in part] in softmax.py) a block keeps only its first ``keep`` packs per thread
+  in shared memory and re-reads the rest, so more blocks are resident. Seventh-session probe
+  (probe_kept_in_part.json, same run as each root): [1,512,256,256] bf16 49.2 us against the sync root's 55.4 us;
+  [2,1536,64,64] bf16 21.1 against 47.4 us; [1,512,128,128] fp32 24.7 against 32.4 us; 4 MB fp32 groups lose
+  (102.0 against 94.7 us). For groups of 256 KB or more a kept-in-part cluster is a seed (``kept_seed``).
   ``pipe``: the cluster layout walked by a fixed number of clusters (``clusters``, one block per SM by default):
   each block keeps the current group's chunk in shared memory while the loads of its chunk of the next group are
-  already in flight into registers, so one group's statistics, barrier and stores overlap the next group's loads
-  (the cluster strategy's one-block-per-SM waves overlap nothing). Groups of 256 KB or more. Written after the
-  sixth session's device time was spent: compiled for sm_90 and planned in CI, not yet run on a GPU.
+  already in flight into registers, so one group's statistics, barrier and stores overlap the next group's loads.
+  Groups of 256 KB or more. It lost every probe on the H200 (seventh session, probe_pipe.json: [1,512,256,256] bf16
+  111.8 us against the root's 55.1 us; [2,1536,64,64] bf16 35.2 against 47.3 us, where the cluster runs 26.8 us):
+  each cluster's walk serialises its groups, and the next group's loads only overlap what is left of this one.
   ``stream`` (split, sync, cluster and pipe) makes the last read of the input and the write of the output
   streaming accesses (ld/st.global.cs), so the output does not push input that is still to be re-read out of L2.
 
 ``kforge.norm`` (norm_fusion.py: a layer/rms norm with the pointwise ops after it) uses the row kernels: every
 normalised element, rounded to the norm's output dtype as eager stores it, goes through the epilogue's expression
-(fused.py's code and rounding) with the extra inputs' packs at the same column before the store. Written after the
-fifth session's device time was spent: compiled for sm_90 in CI, not yet run on a GPU.
+(fused.py's code and rounding) with the extra inputs' packs at the same column before the store. On the H200
+(sixth and seventh sessions) MMDiT's adaLN norm [1, 4096, 1536] bf16 runs 13.8 us against Inductor's 22.5 us.
 
 Note [ticket barrier progress]
 A block waits only for blocks holding the other tickets of its group. Tickets are taken in order by blocks that are
@@ -54,10 +60,10 @@ from typing import Any
 from ...cards import OperatorCard
 from ...contract import Candidate
 from ...expression import NORM_OP
-from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMEM_LIMIT, SMS,
-                     align_of, best_vec, cdiv, chunk_of, clamp, cluster_combine, consts, filter_actions,
-                     flat_contiguous, input_spec, knob, launch, main_input, make_candidate, output_spec, pow2_ceil,
-                     row_fill, row_loop, same_layout, row_offset, rows_aligned, scale_knob, typedefs, vec_ok,
+from .common import (FLOAT_DTYPES, ITEMSIZE, MAX_UNROLLED_PACKS, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP,
+                     SMEM_LIMIT, SMS, align_of, best_vec, cdiv, chunk_of, clamp, cluster_combine, consts,
+                     filter_actions, flat_contiguous, input_spec, knob, launch, main_input, make_candidate, output_spec,
+                     pow2_ceil, row_fill, row_loop, same_layout, row_offset, rows_aligned, scale_knob, typedefs, vec_ok,
                      walk_head)
 from .epilogue import epilogue_function, epilogue_ok, extras
 
@@ -195,8 +201,29 @@ def root_params(card: OperatorCard) -> dict[str, Any]:
 
 def seeds(card: OperatorCard) -> list[dict[str, Any]]:
     root = root_params(card)
-    return [root] + [p for s in STRATEGIES[_kind(card)]
-                     if s != root["strategy"] and valid(card, p := defaults(card, s))]
+    others = [p for s in STRATEGIES[_kind(card)] if s != root["strategy"] and valid(card, p := defaults(card, s))]
+    # the kept-in-part cluster right after the root: it won every probe of the groups it is made for, and an
+    # 8-iteration search (a compile's default) only reaches its first three or four seeds
+    kept = kept_seed(card) if _kind(card) == "group_norm" else None
+    return [root] + ([kept] if kept is not None and kept != root else []) + others
+
+
+def kept_seed(card: OperatorCard) -> dict[str, Any] | None:
+    """A cluster that keeps half of each thread's packs in shared memory (Note [a chunk kept in part] in softmax.py),
+    for groups of 256 KB or more: chunks of <= 64 KB where 16 blocks allow it, ~16 packs per thread. The probe's best
+    layouts were of this shape ([1,512,128,128] fp32: 16 blocks of 256 threads, keep 8 of 16 packs; [2,1536,64,64]
+    bf16: 8 blocks of 256, 6 of 12; [1,512,256,256] bf16: 16 of 512 threads, keep 8 of 16, 49.7 us, within 1% of the
+    best, probe_kept_in_part.json)."""
+    gs, isz = card.sizes["group_size"], _isz(card)
+    if gs * isz < 256 * 1024:
+        return None
+    vec = best_vec(gcd(card.sizes["HxW"], gs), _tensors(card))
+    cs = next((c for c in (2, 4, 8, 16) if chunk_of(gs, c, vec) * isz <= 64 * 1024), 16)
+    ch = chunk_of(gs, cs, vec)
+    block = clamp(pow2_ceil(cdiv(ch, vec * 16)), 128, 1024)
+    p = {"strategy": "cluster", "vec": vec, "block": block, "cs": cs, "cache": "smem",
+         "keep": max(1, cdiv(ch, block * vec) // 2), "stream": True}
+    return p if valid(card, p) else None
 
 
 def _hw(card: OperatorCard) -> int:
@@ -264,6 +291,11 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         in_smem = per_thread * block <= SMEM_LIMIT - _SYNC_STATIC_SMEM
         if s == "pipe":  # the current chunk in shared memory, the next one in registers
             return 1 <= p.get("clusters", 0) <= ng and gs * isz >= 256 * 1024 and in_regs and in_smem
+        if "keep" in p:  # Note [a chunk kept in part] in softmax.py: fewer packs than the chunk has, at least one
+            keep = p["keep"]
+            packs = cdiv(ch, block * vec)
+            return p.get("cache") == "smem" and isinstance(keep, int) and 1 <= keep < packs <= MAX_UNROLLED_PACKS \
+                and keep * block * vec * isz <= SMEM_LIMIT - _SYNC_STATIC_SMEM
         return {"reg": in_regs, "smem": in_smem}.get(p.get("cache"), False)
     bpt, cache = p.get("bpt", 0), p.get("cache", "reg")
     if bpt not in (16, 32, 64, 128, 256, 512, 1024) or bpt % (vec * isz) or cache not in ("reg", "smem", "none"):
@@ -291,9 +323,16 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
         acts.append(knob(p, "reverse", not p["reverse"]))
     if kind == "group_norm":
         acts.append(knob(p, "stream", not p.get("stream", False)))
+        whole = {k: v for k, v in p.items() if k != "keep"}
         if p["strategy"] in ("sync", "cluster"):
             caches = ("reg", "smem", "none") if p["strategy"] == "sync" else ("reg", "smem")
-            acts += [knob(p, "cache", c) for c in caches if c != p.get("cache", "reg")]
+            acts += [knob(whole, "cache", c) for c in caches if c != p.get("cache", "reg")]
+        if p["strategy"] == "cluster" and p.get("cache") == "smem":  # Note [a chunk kept in part] in softmax.py
+            nit = cdiv(chunk_of(card.sizes["group_size"], p["cs"], p["vec"]), p["block"] * p["vec"])
+            if "keep" in p:
+                acts += scale_knob(p, "keep") + [knob(p, "keep", p["keep"] + 1), (f"keep {p['keep']} -> all", whole)]
+            else:
+                acts.append(knob(p, "keep", max(1, nit // 2)))
     return filter_actions(card, p, acts, valid)
 
 
@@ -506,7 +545,19 @@ def _gn_normalise(card: OperatorCard, src: str, stream: bool = False,
 #pragma unroll
       for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});
       {"stp_cs" if stream else "stp"}<TO, VEC>(yg + e, o);"""
-    if src in ("reg", "smem"):
+    if src == "mixed":  # Note [a chunk kept in part] in softmax.py: the re-read packs first, then the kept ones
+        loop = f"""
+#pragma unroll
+  for (int i = KEEP; i < NIT; ++i) {{
+    const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
+    if (e < end) {{ const P p = {"ldp_cs" if stream else "ldp"}<T, VEC>(xg + e); {body} }}
+  }}
+#pragma unroll
+  for (int i = 0; i < KEEP; ++i) {{
+    const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
+    if (e < end) {{ const P p = cache[i * NT + threadIdx.x]; {body} }}
+  }}"""
+    elif src in ("reg", "smem"):
         slot = "cache[i]" if src == "reg" else "cache[i * NT + threadIdx.x]"
         loop = f"""
 #pragma unroll
@@ -551,7 +602,8 @@ def _group_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
           TB=_dtype(card, "bias", x.dtype), TM=_gn_stat_dtype(card, 1), TR=_gn_stat_dtype(card, 2))}
 typedef {"long long" if gs > 2**31 - 1 - ch else "int"} I;
 {consts(GS=gs, K=k, CH=ch, NIT=nit, VEC=vec, NT=block, HW=card.sizes["HxW"], D=card.sizes["ch_per_group"],
-        G=card.sizes["G"], TOTAL=ng * k, REV=int(p.get("reverse", False)), NG=ng)}
+        G=card.sizes["G"], TOTAL=ng * k, REV=int(p.get("reverse", False)), NG=ng,
+        **({"KEEP": p["keep"]} if "keep" in p else {}))}
 typedef Pack<T, VEC> P;
 typedef Pack<TO, VEC> PO;
 {_GN_EXTRA}"""
@@ -594,6 +646,7 @@ extern "C" __global__ __launch_bounds__(NT) void gn_apply({params}) {{
         scratch = {"part": (ng * k * 16, False)}
     elif s == "cluster":
         params, args = _args(card, common_args[:3] + tail)
+        src = "mixed" if "keep" in p else p["cache"]  # valid() allows keep only below NIT
         source = head + f"""
 // One cluster of K blocks per group; block k keeps chunk k of the group (in registers or shared memory), the
 // blocks exchange their (count, mean, M2) through distributed shared memory and combine them in rank order, so
@@ -604,17 +657,17 @@ extern "C" __global__ __launch_bounds__(NT) void gn_cluster({params}) {{
   __shared__ float red[32];
   __shared__ float4 cpart, cstat;
   const long long gi = blockIdx.x / K;
-  const int k = blockIdx.x % K;{chunk}{_gn_sync_stats(p["cache"])}
+  const int k = blockIdx.x % K;{chunk}{_gn_sync_stats(src)}
   if (threadIdx.x == 0) cpart = make_float4(n, mb, q, 0.f);
   __cluster_barrier_arrive();
   __cluster_barrier_wait();
 {cluster_combine("cpart", "cstat", "float4", "Chan", "make_float4(0.f, 0.f, 0.f, 0.f)", "K")}
   __cluster_barrier_arrive();  // done reading the other blocks' shared memory
-  __syncthreads();{_gn_normalise(card, p["cache"], p.get("stream", False), "cstat")}
+  __syncthreads();{_gn_normalise(card, src, p.get("stream", False), "cstat")}
   __cluster_barrier_wait();  // no block leaves while another may still read its `cpart`
 }}
 """
-        smem = nit * block * vec * isz if p["cache"] == "smem" else 0
+        smem = (p.get("keep", nit) if src == "mixed" else nit) * block * vec * isz if p["cache"] == "smem" else 0
         launches = [launch("gn_cluster", ng * k, block, args, smem)]
         scratch = None
     elif s == "pipe":
@@ -713,27 +766,43 @@ extern "C" __global__ __launch_bounds__(NT) void gn_sync({params}) {{
 _SYNC_STATIC_SMEM = 1024  # gn_sync's own __shared__ (reduction scratch, ticket), rounded up
 
 
-def _gn_sync_stats(cache: str) -> str:
-    """This block's chunk statistics for ``gn_sync``: n, mb (mean) and q (M2); with ``reg`` (registers) or ``smem``
-    (dynamic shared memory: bigger chunks, more groups resident) the chunk stays in ``cache`` for the write, with
-    ``none`` it is summed once, shifted by its first value, and not kept."""
-    if cache == "none":
-        return """
-  __shared__ float2 red2[32];
+def _shifted_sums(load: str) -> str:
+    """n, mb (mean) and q (M2) of this block's chunk from sums shifted by its first value, each pack read by ``load``
+    (at element ``e``)."""
+    return f"""
   const float n = (float)(end - beg);
   const float shift = to_f(xg[beg]);
   float2 a = make_float2(0.f, 0.f);
 #pragma unroll
-  for (int i = 0; i < NIT; ++i) {
+  for (int i = 0; i < NIT; ++i) {{
     const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
-    if (e < end) {
-      const P p = ldp<T, VEC>(xg + e);
+    if (e < end) {{
+      const P p = {load};
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) { const float d = to_f(p.v[j]) - shift; a.x += d; a.y += d * d; }
-    }
-  }
+      for (int j = 0; j < VEC; ++j) {{ const float d = to_f(p.v[j]) - shift; a.x += d; a.y += d * d; }}
+    }}
+  }}
   a = group_all<NT, NT>(a, Sum2(), red2);
   const float mb = shift + a.x / n, q = fmaxf(a.y - a.x * a.x / n, 0.f);"""
+
+
+def _gn_sync_stats(cache: str) -> str:
+    """This block's chunk statistics for ``gn_sync``: n, mb (mean) and q (M2); with ``reg`` (registers) or ``smem``
+    (dynamic shared memory: bigger chunks, more groups resident) the chunk stays in ``cache`` for the write, with
+    ``none`` it is summed once, shifted by its first value, and not kept."""
+    if cache == "mixed":  # the kept packs into shared memory, then shifted sums over them and the re-read rest
+        return """
+  __shared__ float2 red2[32];
+  extern __shared__ __align__(16) unsigned char dsm[];
+  P* cache = reinterpret_cast<P*>(dsm);
+#pragma unroll
+  for (int i = 0; i < KEEP; ++i) {
+    const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
+    if (e < end) cache[i * NT + threadIdx.x] = ldp<T, VEC>(xg + e);
+  }""" + _shifted_sums("i < KEEP ? cache[i * NT + threadIdx.x] : ldp<T, VEC>(xg + e)")
+    if cache == "none":
+        return """
+  __shared__ float2 red2[32];""" + _shifted_sums("ldp<T, VEC>(xg + e)")
     decl, slot = ("P cache[NIT];", "cache[i]") if cache == "reg" else (
         "extern __shared__ __align__(16) unsigned char dsm[];\n  P* cache = reinterpret_cast<P*>(dsm);",
         "cache[i * NT + threadIdx.x]")

@@ -38,7 +38,8 @@ class TemplateProposer:
         if parent.candidate is None:
             opts = _root_options(card, fam, {f.get("action") for f in parent.failed_children})
         elif not parent.params:
-            opts = [(f"template {_strategy(p)}", p) for p in fam.seeds(card)]
+            seeds = fam.seeds(card)
+            opts = [(f"template {n}", p) for n, p in zip(seed_labels(seeds, root=False), seeds)]
         else:
             opts = fam.actions(card, dict(parent.params))
         done = self._proposed.get(card.key, set())
@@ -62,7 +63,7 @@ def _root_options(card: OperatorCard, fam: ModuleType, failed: set[str]) -> list
     the search never expands a failed node, so its neighbours are offered from the root. A seed that passed keeps
     its neighbours to itself (they are its children), so a normal search spends its iterations as before."""
     seeds = fam.seeds(card)
-    names = ["root"] + [_strategy(p) for p in seeds[1:]]
+    names = seed_labels(seeds)
     opts = [(f"template {n}", p) for n, p in zip(names, seeds)]
     opts += [(f"{a} (from {n})", q) for n, p in zip(names, seeds) if f"template {n}" in failed
              for a, q in fam.actions(card, p)]
@@ -83,3 +84,25 @@ def _first_of_each(opts: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, di
 def _strategy(p: dict[str, Any]) -> str:
     s = p.get("strategy") or p.get("mode") or "params"
     return f"strategy {s}"
+
+
+def seed_labels(seeds: list[dict[str, Any]], root: bool = True) -> list[str]:
+    """One distinct label per seed: ``root`` (when ``root``), then ``strategy NAME``; a seed whose strategy an earlier
+    seed already has (the group norm's kept-in-part cluster beside its plain cluster) also names the knobs it sets
+    differently from that one. The search skips an action its parent's children already took, so two seeds under
+    one label would lose the second."""
+    out: list[str] = []
+    first: dict[str, dict[str, Any]] = {}
+    for i, p in enumerate(seeds):
+        if root and i == 0:
+            out.append("root")
+            continue
+        name = _strategy(p)
+        if name in first:
+            other = first[name]
+            diff = " ".join(f"{k}={p[k]}" for k in sorted(p) if other.get(k, None) != p[k])
+            out.append(f"{name} ({diff})")
+        else:
+            first[name] = p
+            out.append(name)
+    return out

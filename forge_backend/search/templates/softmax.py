@@ -20,10 +20,21 @@ Strategies (``params["strategy"]``):
 * ``pipe``    for long rows ([64, 262144]): a fixed number of clusters (``clusters``, one block per SM by default)
               walk the rows, each block holding its chunk of the current row in shared memory while the loads of
               its chunk of the next row are already in flight into registers, so one row's reduction, barrier
-              and stores overlap the next row's loads. It answers what the probes of the one-pass ``cluster``
-              showed: 2.6 waves of row-sized clusters, each block loading, then waiting at the barrier, then
-              storing, with nothing to overlap in its last wave. Written after the sixth session's device time was
-              spent: compiled for sm_90 and planned in CI, not yet run on a GPU.
+              and stores overlap the next row's loads. It was meant to answer the 2.6 waves of row-sized clusters
+              of the one-pass ``cluster``, and lost to it on the H200 (seventh session, probe_pipe.json, same run:
+              [64, 262144] fp32 51.6 us against 44.8 us, bf16 37.4 against 27.1 us); it stays in the space.
+
+Note [a chunk kept in part]
+``cluster`` with ``cache=smem`` and ``keep`` (fewer packs per thread than its chunk has) keeps only its first ``keep``
+packs in shared memory and re-reads the rest. The chunk is read in that order, so the rest are the lines a block read
+last, and the write re-reads them first, while they are the freshest in L2. Shared memory per block shrinks with
+``keep``, so more blocks are resident: at [64, 262144] fp32 a 64 KB chunk cached whole allows three blocks per SM and
+2.6 waves of blocks; with a quarter kept, every block of the grid is resident at once and the DRAM sees one read of
+the kept part plus what of the rest the L2 no longer holds. The two pure forms bracket it: ``smem`` (no re-read, 2.6
+waves) ran 44.4 us and ``none`` (everything re-read, one wave) 45.8 us, same run (probe_smem_softmax.json). Measured
+(seventh session, probe_kept_in_part.json, same run as each root): the softmax gains little ([64, 262144] bf16 26.7
+against 27.5 us; fp32 46.3 against the whole chunk's 45.2 us), the group norm a lot (norm.py); ``keep`` is an action
+of every smem cluster, and a seed of the big group norms.
 
 ``stream`` (cluster, split and pipe) makes the last read of the input and the write of the output streaming accesses
 (ld/st.global.cs), so the output does not evict input that is still to be re-read from L2.
@@ -42,9 +53,9 @@ from typing import Any
 from ...cards import OperatorCard
 from ...contract import Candidate
 from ...expression import SOFTMAX_OP, n_inputs, parse, result_dtype
-from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMEM_LIMIT, SMS,
-                     align_of, best_vec, broadcasts_over_rows, cdiv, chunk_of, clamp, cluster_combine, consts,
-                     filter_actions, knob, launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill,
+from .common import (FLOAT_DTYPES, ITEMSIZE, MAX_UNROLLED_PACKS, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP,
+                     SMEM_LIMIT, SMS, align_of, best_vec, broadcasts_over_rows, cdiv, chunk_of, clamp, cluster_combine,
+                     consts, filter_actions, knob, launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill,
                      row_loop, row_offset, rows_aligned, scale_knob, typedefs, vec_ok, walk_head)
 from .fused import device_functions, value_lines
 
@@ -214,6 +225,11 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         chunk = chunk_of(cols, cs, vec)
         if block > max(128, pow2_ceil(cdiv(chunk, vec))):
             return False
+        if "keep" in p:  # Note [a chunk kept in part]: fewer packs than the chunk has, at least one
+            keep = p["keep"]
+            packs = cdiv(chunk, block * vec)
+            return cache == "smem" and isinstance(keep, int) and 1 <= keep < packs <= MAX_UNROLLED_PACKS and \
+                keep * block * vec * isz <= SMEM_LIMIT - _CLUSTER_STATIC_SMEM
         if cache == "smem":
             return _smem_cache_bytes(chunk, block, vec, isz) <= SMEM_LIMIT - _CLUSTER_STATIC_SMEM
         return cache == "none" or _reg_fits(cdiv(chunk, block * vec), vec, isz, block)
@@ -226,7 +242,14 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
     acts += scale_knob(p, "vec") + scale_knob(p, "block") + scale_knob(p, "tpr") + scale_knob(p, "cs")
     acts += scale_knob(p, "splits") + scale_knob(p, "clusters")
     if p["strategy"] == "cluster":
-        acts += [knob(p, "cache", c) for c in ("reg", "smem", "none") if c != p.get("cache", "reg")]
+        whole = {k: v for k, v in p.items() if k != "keep"}
+        acts += [knob(whole, "cache", c) for c in ("reg", "smem", "none") if c != p.get("cache", "reg")]
+        if "keep" in p:
+            acts.append((f"keep {p['keep']} -> all", whole))
+        if p.get("cache") == "smem":  # Note [a chunk kept in part]: keep half, or half / twice / one more of it
+            nit = cdiv(chunk_of(_dims(card)[1], p["cs"], p["vec"]), p["block"] * p["vec"])
+            acts += scale_knob(p, "keep") + ([knob(p, "keep", p["keep"] + 1)] if "keep" in p else
+                                             [knob(p, "keep", max(1, nit // 2))])
     elif "cache" in p:
         for c in ("reg", "smem", "none"):
             if c != p["cache"]:
@@ -274,11 +297,45 @@ def _stats(src: str, online: bool, ld: str = "ldp") -> str:
 
 
 def _write(src: str, log: bool, stream: bool = False, ld: str = "ldp") -> str:
+    """Normalise and store this thread's packs from ``src`` (``reg``, ``smem``, ``global`` or ``mixed``: the packs
+    past the kept ones re-read from global first, while they are the freshest lines in L2, then the kept ones)."""
     val = "to_f(p.v[j]) - m - lse" if log else "__expf(to_f(p.v[j]) - m) * inv"
     pre = "const float lse = __logf(s);" if log else "const float inv = 1.f / s;"
     st = "stp_cs" if stream else "stp"
     body = f"PO o;\n#pragma unroll\n for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});\n {st}<TO, VEC>(yr + col, o);"
-    return f"\n  {pre}{row_loop(src, body, ld + '_cs' if stream else ld)}"
+    last = ld + "_cs" if stream else ld
+    if src == "mixed":
+        return f"\n  {pre}{_rest_loop(body, last)}{row_loop('smem', body, ld, nit='KEEP')}"
+    return f"\n  {pre}{row_loop(src, body, last)}"
+
+
+def _rest_loop(body: str, load: str) -> str:
+    """``body`` on this thread's packs past the kept ones (KEEP..NIT-1), read from global with ``load``; unrolled,
+    so that all of a thread's loads are in flight at once."""
+    return f"""
+#pragma unroll
+  for (int i = KEEP; i < NIT; ++i) {{
+    const int col = cbeg + (i * NT + lane) * VEC;
+    if (col < cend) {{ const P p = {load}<T, VEC>(xr + col); {body} }}
+  }}"""
+
+
+def _mixed_stats(ld: str) -> str:
+    """Online (max, sum) of this block's chunk for ``cache=smem`` with ``keep``: the kept packs (already in shared
+    memory), then the rest streamed from global, so that the rest are the lines this block read last."""
+    return f"""
+  float2 ms = make_float2(-CUDART_INF_F, 0.f);{row_loop("smem", _ONLINE, ld, nit="KEEP")}{_rest_loop(_ONLINE, ld)}
+  ms = group_all<NT, NT>(ms, MaxSum(), red2);
+  const float m = ms.x, s = ms.y;"""
+
+
+def _keep(card: OperatorCard, p: dict[str, Any]) -> int | None:
+    """The packs per thread a ``cluster`` block keeps in shared memory when it keeps only part of its chunk
+    (``cache=smem`` with ``keep`` below the chunk's packs per thread), else None. Note [a chunk kept in part]."""
+    if p.get("strategy") != "cluster" or p.get("cache") != "smem" or "keep" not in p:
+        return None
+    nit = cdiv(chunk_of(_dims(card)[1], p["cs"], p["vec"]), p["block"] * p["vec"])
+    return p["keep"] if p["keep"] < nit else None
 
 
 def _ld(card: OperatorCard) -> str:
@@ -393,8 +450,15 @@ def _cluster_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     src = cache if cache != "none" else "global"
     chunk = chunk_of(cols, cs, vec)
     ld = _ld(card)
+    kept = _keep(card, p)
     keep = _CACHE_DECL[cache] + (row_fill(cache, ld) if cache != "none" else "")  # TPR = NT: one row per block
-    return _header(card, p, TPR=block, NT=block, CS=cs, CHUNK=chunk, NIT=cdiv(chunk, block * vec)) + f"""
+    stats = _stats(src, cache == "none", ld)
+    sizes: dict[str, int] = {}
+    if kept is not None:  # Note [a chunk kept in part]
+        src, sizes = "mixed", {"KEEP": kept}
+        keep = _CACHE_DECL["smem"] + row_fill("smem", ld, nit="KEEP")
+        stats = _mixed_stats(ld)
+    return _header(card, p, TPR=block, NT=block, CS=cs, CHUNK=chunk, NIT=cdiv(chunk, block * vec), **sizes) + f"""
 // One cluster of CS blocks per row; block `rank` takes columns [rank * CHUNK, (rank + 1) * CHUNK){" in registers" if cache == "reg" else ""}.
 // The cluster shape sits on a declaration: the contract's kernel pattern wants `void NAME(` on the definition.
 extern "C" __global__ __cluster_dims__(CS, 1, 1) void softmax_cluster({_x_params(card)}, TO* __restrict__ y);
@@ -409,7 +473,7 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_cluster({_x_params(card
   {_x_row(card, "row")}
   TO* yr = y + row * (long long)COLS;
   const int cbeg = rank * CHUNK, cend = min(cbeg + CHUNK, COLS);
-  {keep}{_stats(src, cache == "none", ld)}
+  {keep}{stats}
   if (threadIdx.x == 0) part = make_float2(m, s);
   __cluster_barrier_arrive();
   __cluster_barrier_wait();
@@ -526,6 +590,8 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
         src, scratch = _rows_source(card, p, log), None
     elif s == "cluster":
         smem = _smem_cache_bytes(chunk_of(cols, p["cs"], vec), block, vec, isz) if p.get("cache") == "smem" else 0
+        if _keep(card, p) is not None:
+            smem = p["keep"] * block * vec * isz
         launches = [launch("softmax_cluster", f"rows * {p['cs']}", block, _in_args(card) + ["out:0"], smem)]
         src, scratch = _cluster_source(card, p, log), None
     elif s == "pipe":
