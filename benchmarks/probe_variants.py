@@ -59,6 +59,13 @@ def group_norm_variants(vec: int) -> list[dict[str, Any]]:
     return out
 
 
+def conv_variants() -> list[dict[str, Any]]:
+    """The depthwise conv1d's tiles, with and without vector channel loads (Note [vector loads of a channels-fast
+    input] in templates/conv.py)."""
+    out = list(grid(strategy="tile", tl=[32, 64, 128], tc=[32, 64], block=[128, 256, 512], vec=[2, 4, 8]))
+    return out + list(grid(strategy="tile", tl=[32, 64, 128], tc=[32, 64], block=[128, 256, 512]))
+
+
 def cases() -> list[tuple[str, OperatorCard, list[dict[str, Any]]]]:
     return [
         ("softmax [64,262144] fp32", tc.softmax((64, 262144), "float32"), softmax_variants(4)),
@@ -71,6 +78,7 @@ def cases() -> list[tuple[str, OperatorCard, list[dict[str, Any]]]]:
          group_norm_variants(8)),
         ("group_norm [1,512,128,128] fp32", tc.group_norm(1, 512, 128, 128, dtype="float32", used=(0,)),
          group_norm_variants(4)),
+        ("causal_conv1d [1,8192,2048] bf16", tc.causal_conv1d(8192, 2048), conv_variants()),
     ]
 
 

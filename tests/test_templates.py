@@ -377,6 +377,15 @@ def test_softmax_cluster_keeps_part_of_its_chunk_and_rereads_the_rest_first() ->
     assert "keep" not in acts["cache smem -> none"]
     whole = acts["keep 6 -> all"]
     assert dict(sm.actions(card, whole))["keep None -> 8"]["keep"] == 8  # from a whole chunk: keep half
+    for name in ("softmax_logits_f32", "softmax_logits_bf16"):  # long rows: the second seed keeps half
+        c = CARDS[name][0]()
+        kept = sm.kept_seed(c)
+        assert sm.seeds(c)[1] == kept and kept["cache"] == "smem" and kept["strategy"] == "cluster"
+        root = sm.root_params(c)
+        packs = -(-sm.chunk_of(c.sizes["cols"], root["cs"], root["vec"]) // (root["block"] * root["vec"]))
+        assert kept["keep"] == packs // 2 and {k: v for k, v in kept.items() if k not in ("cache", "keep")} == \
+            {k: v for k, v in root.items() if k != "cache"}  # the root's layout, half kept
+    assert sm.kept_seed(CARDS["softmax_1024_bf16"][0]()) is None  # 2 KB rows: no cluster
     fused = CARDS["softmax_fused_softcap"][0]()
     q = {**sm.defaults(fused, "cluster"), "cache": "smem"}
     nit = -(-sm.chunk_of(fused.sizes["cols"], q["cs"], q["vec"]) // (q["block"] * q["vec"]))
@@ -414,14 +423,25 @@ def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
     from forge_backend.search.templates import conv
 
     card = CARDS["dwconv_qwen_bf16"][0]()
-    assert conv.matches(card) and conv.root_params(card) == {"strategy": "tile", "tl": 64, "tc": 32, "block": 256}
+    plain = {"strategy": "tile", "tl": 64, "tc": 32, "block": 256}
+    assert conv.matches(card) and conv.root_params(card) == {**plain, "vec": 8}  # 16-byte channel loads
+    assert conv.seeds(card) == [{**plain, "vec": 8}, plain]
     cand = conv.generate(card, conv.root_params(card))
     assert "constexpr int XC_FAST = 1;" in cand.source and "constexpr int YL_FAST = 1;" in cand.source
+    assert "ldp<T, 8>(x + n * XS0 + c + l * XS2)" in cand.source and cand.requires_align == 16
+    _compile_once(cand)
+    assert "ldp<T" not in conv.generate(card, plain).source and conv.generate(card, plain).requires_align == 1
+    assert dict(conv.actions(card, conv.root_params(card)))["vec 8 -> scalar"] == plain
+    assert not conv.valid(card, {**plain, "vec": 16})  # 32 bytes: past a 16-byte load
+    assert not conv.valid(card, {**plain, "tc": 8, "vec": 16})
+    odd_c = tc.causal_conv1d(33, 70, k=7, dtype="float16")  # 33 channels: a vector would straddle two rows
+    assert "vec" not in conv.root_params(odd_c) and not conv.valid(odd_c, {**plain, "vec": 2})
     launches, _ = resolve_plan(cand, card.sizes, card.floats)
     assert launches[0].grid == (2051 // 64 + 1, 8192 // 32, 1)  # L_out = 2048 + 2 * 3 - 4 + 1
     odd = CARDS["dwconv_odd_f32"][0]()
     src = conv.generate(odd, conv.root_params(odd)).source
     assert "constexpr int XC_FAST = 0;" in src and "to_f(b[c])" in src
+    assert not conv.valid(odd, {**plain, "vec": 4})  # positions fast: loads along the position dim stay scalar
     strided = tc.causal_conv1d(16, 9, k=2)
     strided.scalars["stride"] = [2]
     assert not conv.matches(strided)

@@ -71,6 +71,7 @@ ODD_CARDS = [
     # the depthwise conv1d in both layouts, a bias, kernels that do not divide the tiles
     tc.causal_conv1d(37, 29, k=3, dtype="float32", channels_fast=False, bias=True),
     tc.causal_conv1d(100, 130, k=4, dtype="bfloat16"), tc.causal_conv1d(33, 70, k=7, dtype="float16", bias=True),
+    tc.causal_conv1d(96, 37, k=4, dtype="float32", bias=True),  # vec=4 channel loads, a 37-position tail
 ]
 
 

@@ -34,7 +34,8 @@ the kept part plus what of the rest the L2 no longer holds. The two pure forms b
 waves) ran 44.4 us and ``none`` (everything re-read, one wave) 45.8 us, same run (probe_smem_softmax.json). Measured
 (seventh session, probe_kept_in_part.json, same run as each root): the softmax gains little ([64, 262144] bf16 26.7
 against 27.5 us; fp32 46.3 against the whole chunk's 45.2 us), the group norm a lot (norm.py); ``keep`` is an action
-of every smem cluster, and a seed of the big group norms.
+of every smem cluster, and a kept-in-part cluster is the second seed of long rows (``kept_seed``) and of big group
+norms (``norm.kept_seed``).
 
 ``stream`` (cluster, split and pipe) makes the last read of the input and the write of the output streaming accesses
 (ld/st.global.cs), so the output does not evict input that is still to be re-read from L2.
@@ -185,7 +186,24 @@ def root_params(card: OperatorCard) -> dict[str, Any]:
 
 def seeds(card: OperatorCard) -> list[dict[str, Any]]:
     root = root_params(card)
-    return [root] + [p for s in STRATEGIES if s != root["strategy"] and valid(card, p := defaults(card, s))]
+    kept = kept_seed(card)
+    return [root] + ([kept] if kept is not None and kept != root else []) + \
+        [p for s in STRATEGIES if s != root["strategy"] and valid(card, p := defaults(card, s))]
+
+
+def kept_seed(card: OperatorCard) -> dict[str, Any] | None:
+    """For rows of >= 256 KB, the cluster's default keeping half of each thread's packs in shared memory (Note [a
+    chunk kept in part]), tried right after the root. Seventh session: [64, 248320] bf16's best (26.0 us against the
+    root's 27.1) was the register cluster's layout with 4 of 8 packs kept, found at iteration 37 of 50, three
+    actions from the root; the probe at [64, 262144] bf16 agreed (26.7 against 27.5 us). In fp32 it lost (46.3
+    against 45.2 us): a seed costs one iteration."""
+    rows, cols, isz = _dims(card)
+    p = defaults(card, "cluster")
+    if cols * isz < 256 * 1024 or not valid(card, p):
+        return None
+    nit = cdiv(chunk_of(cols, p["cs"], p["vec"]), p["block"] * p["vec"])
+    q = {**p, "cache": "smem", "keep": nit // 2}
+    return q if nit >= 2 and valid(card, q) else None
 
 
 def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
