@@ -55,12 +55,12 @@ CARDS = {
     "batch_norm_odd": (lambda: tc.batch_norm((2, 33, 7, 7), "float32"), "norm"),
     "batch_norm_cl_no_affine": (lambda: tc.batch_norm((2, 33, 5, 5), "bfloat16", channels_last=True, affine=False),
                                 "norm"),
-    "group_norm_vae_bf16": (lambda: tc.group_norm(1, 512, 256, 256, dtype="bfloat16"), "norm"),
-    "group_norm_vae_f32_out0": (lambda: tc.group_norm(1, 512, 128, 128, dtype="float32", used=(0,)), "norm"),
-    "group_norm_2x1536": (lambda: tc.group_norm(2, 1536, 64, 64, dtype="bfloat16"), "norm"),
-    "group_norm_big_f32": (lambda: tc.group_norm(1, 128, 1024, 1024, dtype="float32"), "norm"),
-    "group_norm_hw37_f16": (lambda: tc.group_norm(2, 96, 37, 1, groups=32, dtype="float16"), "norm"),
-    "group_norm_no_affine": (lambda: tc.group_norm(3, 64, 6, 6, groups=8, affine=False), "norm"),
+    "group_norm_vae_bf16": (lambda: tc.group_norm(1, 512, 256, 256, dtype="bfloat16"), "group_norm"),
+    "group_norm_vae_f32_out0": (lambda: tc.group_norm(1, 512, 128, 128, dtype="float32", used=(0,)), "group_norm"),
+    "group_norm_2x1536": (lambda: tc.group_norm(2, 1536, 64, 64, dtype="bfloat16"), "group_norm"),
+    "group_norm_big_f32": (lambda: tc.group_norm(1, 128, 1024, 1024, dtype="float32"), "group_norm"),
+    "group_norm_hw37_f16": (lambda: tc.group_norm(2, 96, 37, 1, groups=32, dtype="float16"), "group_norm"),
+    "group_norm_no_affine": (lambda: tc.group_norm(3, 64, 6, 6, groups=8, affine=False), "group_norm"),
     # elementwise
     "gelu_bf16": (lambda: tc.unary("aten.gelu.default", (4096, 2048), "bfloat16"), "elementwise"),
     "gelu_tanh_odd": (lambda: tc.unary("aten.gelu.default", (1001,), approximate="tanh"), "elementwise"),
@@ -259,18 +259,18 @@ def test_cluster_softmax_can_keep_its_chunk_in_shared_memory() -> None:
 def test_group_norm_sync_can_keep_its_chunk_in_shared_memory() -> None:
     """cache=smem for the one-launch group norm: the chunk (bpt bytes per thread) is dynamic shared memory, which
     also bounds how many blocks the ticket barrier may count on being resident."""
-    from forge_backend.search.templates import norm
+    from forge_backend.search.templates import group_norm as gn
 
     card = CARDS["group_norm_vae_bf16"][0]()
-    root = norm.root_params(card)
+    root = gn.root_params(card)
     assert root["strategy"] == "sync"
-    smem = dict(norm.actions(card, root))["cache none -> smem"]
+    smem = dict(gn.actions(card, root))["cache none -> smem"]
     big = {**smem, "bpt": 512, "block": 256}  # 128 KB of chunk per block: beyond what registers could hold
-    assert norm.valid(card, big) and not norm.valid(card, {**big, "cache": "reg"})
-    launches, _ = resolve_plan(norm.generate(card, big), card.sizes, card.floats)
+    assert gn.valid(card, big) and not gn.valid(card, {**big, "cache": "reg"})
+    launches, _ = resolve_plan(gn.generate(card, big), card.sizes, card.floats)
     assert launches[0].smem == 512 * 256
-    _compile_once(norm.generate(card, big))
-    assert not norm.valid(card, {**big, "bpt": 1024, "block": 1024})  # 1 MB: no SM has that much shared memory
+    _compile_once(gn.generate(card, big))
+    assert not gn.valid(card, {**big, "bpt": 1024, "block": 1024})  # 1 MB: no SM has that much shared memory
 
 
 def test_pipe_softmax_walks_the_rows_with_a_fixed_set_of_clusters() -> None:
@@ -308,47 +308,47 @@ def test_pipe_softmax_walks_the_rows_with_a_fixed_set_of_clusters() -> None:
 def test_group_norm_cluster_keeps_each_group_on_one_cluster() -> None:
     """strategy=cluster: one cluster of cs blocks per group, the chunk in registers (or shared memory, which the
     launch then asks for); a group too big for 16 blocks' registers or shared memory has no cluster variant."""
-    from forge_backend.search.templates import norm
+    from forge_backend.search.templates import group_norm as gn
 
     card = CARDS["group_norm_vae_bf16"][0]()
-    p = norm.defaults(card, "cluster")
-    assert p["cs"] == 16 and p["cache"] == "reg" and norm.valid(card, p)  # 2 MB groups: 128 KB per block
-    assert p in norm.seeds(card)
-    cand = norm.generate(card, p)
+    p = gn.defaults(card, "cluster")
+    assert p["cs"] == 16 and p["cache"] == "reg" and gn.valid(card, p)  # 2 MB groups: 128 KB per block
+    assert p in gn.seeds(card)
+    cand = gn.generate(card, p)
     assert "__cluster_dims__(K, 1, 1)" in cand.source and not cand.scratch
     launches, _ = resolve_plan(cand, card.sizes, card.floats)
     ng = card.sizes["N"] * card.sizes["G"]
     assert launches[0].grid[0] == ng * 16 and launches[0].smem == 0
     _compile_once(cand)
-    smem = dict(norm.actions(card, p))["cache reg -> smem"]
-    launches, _ = resolve_plan(norm.generate(card, smem), card.sizes, card.floats)
+    smem = dict(gn.actions(card, p))["cache reg -> smem"]
+    launches, _ = resolve_plan(gn.generate(card, smem), card.sizes, card.floats)
     assert launches[0].smem == card.sizes["group_size"] // 16 * 2
-    _compile_once(norm.generate(card, smem))
-    assert not norm.valid(card, {**p, "cs": 8})  # 256 KB per block: over the register budget
-    assert not norm.valid(card, {**p, "cs": 8, "cache": "smem"})  # and over the 227 KB of shared memory
+    _compile_once(gn.generate(card, smem))
+    assert not gn.valid(card, {**p, "cs": 8})  # 256 KB per block: over the register budget
+    assert not gn.valid(card, {**p, "cs": 8, "cache": "smem"})  # and over the 227 KB of shared memory
     big = CARDS["group_norm_big_f32"][0]()
-    assert not norm.valid(big, norm.defaults(big, "cluster"))
+    assert not gn.valid(big, gn.defaults(big, "cluster"))
 
 
 def test_group_norm_pipe_walks_the_groups_with_a_fixed_set_of_clusters() -> None:
     """strategy=pipe for group norm: ``clusters`` clusters of cs blocks walk the N*G groups, the current group's
     chunk in shared memory and the next group's in registers; only groups of 256 KB or more."""
-    from forge_backend.search.templates import norm
+    from forge_backend.search.templates import group_norm as gn
 
     card = CARDS["group_norm_vae_bf16"][0]()  # 2 MB groups
-    p = norm.defaults(card, "pipe")
+    p = gn.defaults(card, "pipe")
     assert p == {"strategy": "pipe", "vec": 8, "block": 1024, "cs": 16, "clusters": 8, "stream": False}
-    assert norm.valid(card, p) and p in norm.seeds(card)
-    cand = norm.generate(card, p)
+    assert gn.valid(card, p) and p in gn.seeds(card)
+    cand = gn.generate(card, p)
     launches, _ = resolve_plan(cand, card.sizes, card.floats)
     assert launches[0].grid[0] == 8 * 16 and launches[0].smem == card.sizes["group_size"] // 16 * 2
     assert "nx[i]" in cand.source and "cpart[it & 1]" in cand.source and not cand.scratch
     _compile_once(cand)
-    _compile_once(norm.generate(card, dict(norm.actions(card, p))["stream False -> True"]))
-    assert not norm.valid(card, {**p, "clusters": 33})  # more clusters than the 32 groups
-    assert not norm.valid(card, {**p, "cs": 8})  # 256 KB per block
+    _compile_once(gn.generate(card, dict(gn.actions(card, p))["stream False -> True"]))
+    assert not gn.valid(card, {**p, "clusters": 33})  # more clusters than the 32 groups
+    assert not gn.valid(card, {**p, "cs": 8})  # 256 KB per block
     small = CARDS["group_norm_no_affine"][0]()  # 288 B groups
-    assert not norm.valid(small, norm.defaults(small, "pipe"))
+    assert not gn.valid(small, gn.defaults(small, "pipe"))
 
 
 def test_softmax_cluster_keeps_part_of_its_chunk_and_rereads_the_rest_first() -> None:
@@ -397,24 +397,24 @@ def test_softmax_cluster_keeps_part_of_its_chunk_and_rereads_the_rest_first() ->
 def test_group_norm_cluster_keeps_part_of_its_chunk() -> None:
     """The group norm's cluster keeps ``keep`` packs per thread in shared memory and re-reads the rest (Note [a
     chunk kept in part] in softmax.py): statistics from shifted sums over both, the write re-reading the rest first."""
-    from forge_backend.search.templates import norm
+    from forge_backend.search.templates import group_norm as gn
 
     card = CARDS["group_norm_vae_bf16"][0]()  # 2 MB groups over 16 blocks of 512 threads: 16 packs per thread
     p = {"strategy": "cluster", "vec": 8, "block": 512, "cs": 16, "cache": "smem", "keep": 6, "stream": False}
-    assert norm.valid(card, p)
-    cand = norm.generate(card, p)
+    assert gn.valid(card, p)
+    cand = gn.generate(card, p)
     launches, _ = resolve_plan(cand, card.sizes, card.floats)
     assert launches[0].smem == 6 * 512 * 8 * 2
     src = cand.source
     write = src[src.index("const float4 st = cstat"):]
     assert write.index("ldp<T, VEC>(xg + e)") < write.index("cache[i * NT + threadIdx.x]")
     _compile_once(cand)
-    assert not norm.valid(card, {**p, "keep": 16}) and not norm.valid(card, {**p, "cache": "reg"})
-    assert dict(norm.actions(card, {k: v for k, v in p.items() if k != "keep"}))["keep None -> 8"]["keep"] == 8
+    assert not gn.valid(card, {**p, "keep": 16}) and not gn.valid(card, {**p, "cache": "reg"})
+    assert dict(gn.actions(card, {k: v for k, v in p.items() if k != "keep"}))["keep None -> 8"]["keep"] == 8
     odd = tc.group_norm(1, 96, 13, 17)
     q = {"strategy": "cluster", "vec": 1, "block": 128, "cs": 2, "cache": "smem", "keep": 1, "stream": True}
-    assert norm.valid(odd, q)  # 663-element groups: 3 packs per thread, the last partly past the chunk
-    _compile_once(norm.generate(odd, q))
+    assert gn.valid(odd, q)  # 663-element groups: 3 packs per thread, the last partly past the chunk
+    _compile_once(gn.generate(odd, q))
 
 
 def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
@@ -469,15 +469,15 @@ def test_proposer_root_then_strategies_then_exhausted() -> None:
 
 
 def test_two_seeds_of_one_strategy_both_reach_the_search() -> None:
-    """The big group norms have a plain cluster seed and a kept-in-part one (norm.kept_seed), the kept one right
+    """The big group norms have a plain cluster seed and a kept-in-part one (group_norm.kept_seed), the kept one right
     after the root. The search skips an action its parent's children already took, so each seed needs its own
     label: in the seventh session's ops run the kept seed shared "template strategy cluster" with the plain one and
     was never tried."""
-    from forge_backend.search.templates import norm
+    from forge_backend.search.templates import group_norm as gn
 
     card = CARDS["group_norm_vae_bf16"][0]()
-    seeds = norm.seeds(card)
-    assert norm.kept_seed(card) in seeds
+    seeds = gn.seeds(card)
+    assert gn.kept_seed(card) in seeds
     prop, rng, siblings, got = TemplateProposer(), random.Random(0), [], []
     while (p := prop.propose(card, ParentView(0, None, {}, None, None, None, (), tuple(siblings)), rng)) is not None:
         siblings.append(p.action)

@@ -9,7 +9,8 @@ Each family module exposes the same functions over an OperatorCard:
 * ``actions(card, params) -> list[(label, params)]``: one-knob changes, all valid, none equal to ``params``
 * ``generate(card, params) -> Candidate``: device source + launch plan
 
-Dependency direction: proposer -> family modules (softmax, reduce, norm, pool, fused, elementwise, conv) -> common ->
+Dependency direction: proposer -> family modules (softmax, reduce, norm, group_norm, pool, fused, elementwise, conv) ->
+common ->
 contract, cards; fused also takes elementwise's knobs, and softmax and norm (through epilogue) reuse fused's expression
 code for the prologue / epilogue of kforge.softmax / kforge.norm. No module here imports torch._dynamo or the
 runtime.
@@ -19,10 +20,10 @@ from __future__ import annotations
 from types import ModuleType
 
 from ...cards import OperatorCard
-from . import conv, elementwise, fused, norm, pool, reduce, softmax
+from . import conv, elementwise, fused, group_norm, norm, pool, reduce, softmax
 
 # Order matters where ops overlap: a 4-D mean over (2, 3) is a pool (both layouts), other means are row reductions.
-FAMILIES: tuple[ModuleType, ...] = (softmax, pool, reduce, norm, fused, elementwise, conv)
+FAMILIES: tuple[ModuleType, ...] = (softmax, pool, reduce, norm, group_norm, fused, elementwise, conv)
 
 
 def family_for(card: OperatorCard) -> ModuleType | None:

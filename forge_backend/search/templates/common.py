@@ -386,6 +386,46 @@ def row_loop(src: str, body: str, load: str = "ldp", nit: str = "NIT") -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# card helpers of the norm families (norm.py, group_norm.py)
+
+
+def param_ok(card: OperatorCard, name: str, numel: int) -> bool:
+    """An optional per-channel/per-column parameter tensor is absent, or contiguous with ``numel`` floats."""
+    s = input_spec(card, name)
+    return s is None or (s.dtype in FLOAT_DTYPES and s.numel == numel and s.is_contiguous())
+
+
+def card_tensors(card: OperatorCard) -> list:
+    """The specs a vector width must suit: every input and the main output."""
+    return [t.spec for t in card.inputs] + [t.spec for t in card.outputs if t.name == "out0"]
+
+
+def main_itemsize(card: OperatorCard) -> int:
+    return ITEMSIZE[main_input(card).dtype]
+
+
+def plan_params(card: OperatorCard, items: list[tuple[str, str, str]]) -> tuple[str, list[str]]:
+    """(plan arg, C parameter, presence key) -> the C parameter list and plan args of the tensors that exist."""
+    have = {t.name for t in card.inputs} | {t.name for t in card.outputs}
+    kept = [(a, c) for a, c, key in items if key in have or key == ""]
+    return ", ".join(c for _, c in kept), [a for a, _ in kept]
+
+
+def eps_arg(card: OperatorCard, default: float) -> str:
+    """The plan argument of the op's eps: the card's float, its scalar, or ``default``."""
+    if "eps" in card.floats:
+        return "f32:eps"
+    v = card.scalars.get("eps")
+    return f"f32:{float(v) if v is not None else default!r}"
+
+
+def dtype_or(card: OperatorCard, name: str, fallback: str) -> str:
+    """The dtype of input ``name`` (or output ``out<i>``), ``fallback`` when the card has no such tensor."""
+    s = input_spec(card, name) if not name.startswith("out") else output_spec(card, int(name[3:]))
+    return s.dtype if s is not None else fallback
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # actions: one-knob changes, filtered by the family's validity check
 
 

@@ -33,9 +33,9 @@ last, and the write re-reads them first, while they are the freshest in L2. Shar
 the kept part plus what of the rest the L2 no longer holds. The two pure forms bracket it: ``smem`` (no re-read, 2.6
 waves) ran 44.4 us and ``none`` (everything re-read, one wave) 45.8 us, same run (probe_smem_softmax.json). Measured
 (seventh session, probe_kept_in_part.json, same run as each root): the softmax gains little ([64, 262144] bf16 26.7
-against 27.5 us; fp32 46.3 against the whole chunk's 45.2 us), the group norm a lot (norm.py); ``keep`` is an action
+against 27.5 us; fp32 46.3 against the whole chunk's 45.2 us), the group norm a lot (group_norm.py); ``keep`` is an action
 of every smem cluster, and a kept-in-part cluster is the second seed of long rows (``kept_seed``) and of big group
-norms (``norm.kept_seed``).
+norms (``group_norm.kept_seed``).
 
 ``stream`` (cluster, split and pipe) makes the last read of the input and the write of the output streaming accesses
 (ld/st.global.cs), so the output does not evict input that is still to be re-read from L2.

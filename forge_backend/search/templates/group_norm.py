@@ -1,0 +1,546 @@
+"""Group norm (``aten.native_group_norm``): a split reduction over (N, G) groups of C/G channels x H x W.
+
+SD-VAE shapes have N*G = 32 groups for 132 SMs, so every group is split across K blocks.
+``split``: pass 1 writes per-chunk (count, mean, M2) to scratch; pass 2 blocks each combine their group's K partials
+(Chan's formula, fixed order, so every block gets identical stats) and normalise their chunk.
+``sync``: one launch; blocks take tickets (an atomic counter) so a group's K chunks belong to blocks that are all
+running; each block publishes its chunk's partial, waits on the group's arrival counter, combines and writes.
+``cache=reg`` keeps the chunk in registers (the input is read from DRAM once); ``cache=smem`` keeps it in
+dynamic shared memory (also one read; up to 1 KB per thread, so bigger chunks and more of the tensor resident at
+once; it lost on the H200: 74.5 us against 54.8 us for ``none`` at [1,512,256,256] bf16, probe_smem_group_norm.json);
+``cache=none`` keeps nothing, so more blocks are resident, and re-reads the
+chunk, from L2 while the resident chunks fit there.
+``cluster``: one thread-block cluster of ``cs`` blocks per group (sm_90); each block keeps its chunk in registers
+or shared memory, the blocks exchange their (count, mean, M2) through distributed shared memory behind the cluster
+barrier and combine them in rank order (bit-identical stats in every block), then normalise from the cache: one
+DRAM read, one launch, no scratch. Only for groups whose chunk fits (<= 16 blocks of <= 128 KB in registers or
+<= 226 KB of shared memory). H200 probe (benchmarks/results/h200/probe_cluster_group_norm.json): it wins on
+many small groups ([2,1536,64,64] bf16: 26.8 us against the sync root's 46.7 us; [1,512,128,128] fp32: 30.0
+against 33.0 us) and loses on 2 MB groups ([1,512,256,256] bf16: 90.2 us against 55.2 us: one 128 KB block per
+SM leaves nothing to overlap its loads with its stores). It is a seed, not a root: the search tries it early.
+With ``keep`` (Note [a chunk kept in part] in softmax.py) a block keeps only its first ``keep`` packs per thread
+in shared memory and re-reads the rest, so more blocks are resident. Seventh-session probe
+(probe_kept_in_part.json, same run as each root): [1,512,256,256] bf16 49.2 us against the sync root's 55.4 us;
+[2,1536,64,64] bf16 21.1 against 47.4 us; [1,512,128,128] fp32 24.7 against 32.4 us; 4 MB fp32 groups lose
+(102.0 against 94.7 us). For groups of 256 KB or more a kept-in-part cluster is a seed (``kept_seed``).
+``pipe``: the cluster layout walked by a fixed number of clusters (``clusters``, one block per SM by default):
+each block keeps the current group's chunk in shared memory while the loads of its chunk of the next group are
+already in flight into registers, so one group's statistics, barrier and stores overlap the next group's loads.
+Groups of 256 KB or more. It lost every probe on the H200 (seventh session, probe_pipe.json: [1,512,256,256] bf16
+111.8 us against the root's 55.1 us; [2,1536,64,64] bf16 35.2 against 47.3 us, where the cluster runs 26.8 us):
+each cluster's walk serialises its groups, and the next group's loads only overlap what is left of this one.
+``stream`` (split, sync, cluster and pipe) makes the last read of the input and the write of the output
+streaming accesses (ld/st.global.cs), so the output does not push input that is still to be re-read out of L2.
+Note [ticket barrier progress]
+A block waits only for blocks holding the other tickets of its group. Tickets are taken in order by blocks that are
+already resident, so every group but the newest is fully resident and finishes; the newest one gets the slots they
+free. This needs K <= the blocks that can be resident at once; ``valid`` keeps K under half of an estimate of that.
+Only integer atomics are used, so results stay bit-identical.
+"""
+from __future__ import annotations
+
+from math import gcd
+from typing import Any
+
+from ...cards import OperatorCard
+from ...contract import Candidate
+from .common import (FLOAT_DTYPES, MAX_UNROLLED_PACKS, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, SMEM_LIMIT, SMS,
+                     align_of, best_vec, card_tensors, cdiv, chunk_of, clamp, cluster_combine, consts, dtype_or,
+                     eps_arg, filter_actions, flat_contiguous, input_spec, knob, launch, main_input, main_itemsize,
+                     make_candidate, output_spec, param_ok, plan_params, pow2_ceil, same_layout, scale_knob, typedefs,
+                     vec_ok, walk_head)
+
+OPS = ("aten.native_group_norm.default",)
+STRATEGIES = ("sync", "split", "cluster", "pipe")
+
+
+def matches(card: OperatorCard) -> bool:
+    if card.op not in OPS or not card.inputs:
+        return False
+    x, y = main_input(card), output_spec(card, 0)
+    if y is None or x.dtype not in FLOAT_DTYPES or y.dtype not in FLOAT_DTYPES or x.numel == 0:
+        return False
+    n, g = card.sizes.get("N", 0), card.sizes.get("G", 0)
+    stats = [output_spec(card, i) for i in (1, 2)]
+    return (x.is_contiguous() and same_layout(x, y) and g > 0 and card.sizes["C"] % g == 0
+            and param_ok(card, "weight", card.sizes["C"]) and param_ok(card, "bias", card.sizes["C"])
+            and all(s is None or (s.numel == n * g and flat_contiguous(s) and s.dtype in FLOAT_DTYPES)
+                    for s in stats))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# parameters
+
+
+def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
+    gs = card.sizes["group_size"]
+    vec = best_vec(gcd(card.sizes["HxW"], gs), card_tensors(card))
+    block = clamp(pow2_ceil(cdiv(gs, vec * 4)), 64, 512)  # small groups: fewer idle threads
+    if strategy == "sync" and gs * main_itemsize(card) >= 2**20:
+        # groups of >= 1 MB: re-read the chunk from L2 and stream the last read and the write. [1,512,256,256] ran
+        # 54.8 us so against 66.7 us for the best register-cached variant in bf16, 94.9 against 94.0 us in fp32,
+        # same run (benchmarks/results/h200/probe_smem_group_norm.json)
+        p = {"strategy": "sync", "vec": vec, "block": 512, "bpt": 128, "cache": "none", "stream": True}
+        if valid(card, p):
+            return p
+    if strategy == "sync":  # the fewest registers per thread that keep K <= 64 chunks per group
+        for bpt in (16, 32, 64, 128, 256):
+            p = {"strategy": "sync", "vec": vec, "block": block, "bpt": bpt, "cache": "reg", "stream": False}
+            if valid(card, p) and _sync_k(card, p) <= 64:
+                return p
+        return p
+    ng = card.sizes["N"] * card.sizes["G"]
+    if strategy == "cluster":  # the fewest blocks per group whose chunk fits the block's registers, else smem
+        for cache in ("reg", "smem"):
+            for cs in (2, 4, 8, 16):
+                ch = chunk_of(gs, cs, vec)
+                p = {"strategy": "cluster", "vec": vec, "block": clamp(pow2_ceil(cdiv(ch, vec * 8)), 128, 1024),
+                     "cs": cs, "cache": cache, "stream": False}
+                if valid(card, p):
+                    return p
+        return p
+    if strategy == "pipe":  # chunks of <= 128 KB: as many prefetch registers and as much shared memory per block
+        cs = next((c for c in (2, 4, 8, 16) if chunk_of(gs, c, vec) * main_itemsize(card) <= 128 * 1024), 16)
+        return {"strategy": "pipe", "vec": vec, "block": clamp(pow2_ceil(cdiv(chunk_of(gs, cs, vec), vec * 8)), 128,
+                                                                1024),
+                "cs": cs, "clusters": max(1, min(ng, SMS // cs)), "stream": False}
+    k = clamp(cdiv(8 * SMS, ng), 1, max(1, cdiv(gs, block * vec)))
+    return {"strategy": "split", "vec": vec, "block": block, "k": k, "reverse": True, "stream": False}
+
+
+def root_params(card: OperatorCard) -> dict[str, Any]:
+    return next(p for s in STRATEGIES if valid(card, p := defaults(card, s)))
+
+
+def seeds(card: OperatorCard) -> list[dict[str, Any]]:
+    root = root_params(card)
+    others = [p for s in STRATEGIES if s != root["strategy"] and valid(card, p := defaults(card, s))]
+    # the kept-in-part cluster right after the root: it won every probe of the groups it is made for, and an
+    # 8-iteration search (a compile's default) only reaches its first three or four seeds
+    kept = kept_seed(card)
+    return [root] + ([kept] if kept is not None and kept != root else []) + others
+
+
+def kept_seed(card: OperatorCard) -> dict[str, Any] | None:
+    """A cluster that keeps half of each thread's packs in shared memory (Note [a chunk kept in part] in softmax.py),
+    for groups of 256 KB or more: chunks of <= 64 KB where 16 blocks allow it, ~16 packs per thread. The probe's best
+    layouts were of this shape ([1,512,128,128] fp32: 16 blocks of 256 threads, keep 8 of 16 packs; [2,1536,64,64]
+    bf16: 8 blocks of 256, 6 of 12; [1,512,256,256] bf16: 16 of 512 threads, keep 8 of 16, 49.7 us, within 1% of the
+    best, probe_kept_in_part.json)."""
+    gs, isz = card.sizes["group_size"], main_itemsize(card)
+    if gs * isz < 256 * 1024:
+        return None
+    vec = best_vec(gcd(card.sizes["HxW"], gs), card_tensors(card))
+    cs = next((c for c in (2, 4, 8, 16) if chunk_of(gs, c, vec) * isz <= 64 * 1024), 16)
+    ch = chunk_of(gs, cs, vec)
+    block = clamp(pow2_ceil(cdiv(ch, vec * 16)), 128, 1024)
+    p = {"strategy": "cluster", "vec": vec, "block": block, "cs": cs, "cache": "smem",
+         "keep": max(1, cdiv(ch, block * vec) // 2), "stream": True}
+    return p if valid(card, p) else None
+
+
+def _sync_k(card: OperatorCard, p: dict[str, Any]) -> int:
+    return cdiv(card.sizes["group_size"], p["block"] * (p["bpt"] // main_itemsize(card)))
+
+
+def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
+    s, vec, block = p.get("strategy"), p.get("vec", 0), p.get("block", 0)
+    if s not in STRATEGIES or block % 32 or not 32 <= block <= 1024:
+        return False
+    isz = main_itemsize(card)
+    gs, hw = card.sizes["group_size"], card.sizes["HxW"]
+    if not vec_ok(vec, gcd(hw, gs), card_tensors(card)):
+        return False
+    ng = card.sizes["N"] * card.sizes["G"]
+    if not isinstance(p.get("stream", False), bool):
+        return False
+    if s == "split":
+        k = p.get("k", 0)
+        return 1 <= k <= max(1, cdiv(gs, vec)) and ng * k < 2**31 and isinstance(p.get("reverse"), bool)
+    if s in ("cluster", "pipe"):
+        cs = p.get("cs")
+        if cs not in (2, 4, 8, 16) or ng * cs >= 2**31:
+            return False
+        ch = chunk_of(gs, cs, vec)
+        if (cs - 1) * ch >= gs or block > max(128, pow2_ceil(cdiv(ch, vec))):
+            return False  # every block of the cluster holds part of the group, and most threads hold some of it
+        per_thread = cdiv(ch, block * vec) * vec * isz
+        in_regs = per_thread <= REG_CACHE_THREAD and per_thread * block <= REG_CACHE_BLOCK
+        in_smem = per_thread * block <= SMEM_LIMIT - _SYNC_STATIC_SMEM
+        if s == "pipe":  # the current chunk in shared memory, the next one in registers
+            return 1 <= p.get("clusters", 0) <= ng and gs * isz >= 256 * 1024 and in_regs and in_smem
+        if "keep" in p:  # Note [a chunk kept in part] in softmax.py: fewer packs than the chunk has, at least one
+            keep = p["keep"]
+            packs = cdiv(ch, block * vec)
+            return p.get("cache") == "smem" and isinstance(keep, int) and 1 <= keep < packs <= MAX_UNROLLED_PACKS \
+                and keep * block * vec * isz <= SMEM_LIMIT - _SYNC_STATIC_SMEM
+        return {"reg": in_regs, "smem": in_smem}.get(p.get("cache"), False)
+    bpt, cache = p.get("bpt", 0), p.get("cache", "reg")
+    if bpt not in (16, 32, 64, 128, 256, 512, 1024) or bpt % (vec * isz) or cache not in ("reg", "smem", "none"):
+        return False
+    if cache == "reg" and (bpt > REG_CACHE_THREAD or bpt * block > REG_CACHE_BLOCK):
+        return False
+    if cache == "smem" and bpt * block > SMEM_LIMIT - _SYNC_STATIC_SMEM:
+        return False
+    regs = 40 + (bpt // 4 if cache == "reg" else 0)  # rough estimate of registers per thread
+    per_sm = min(2048 // block, 65536 // (block * regs))
+    if cache == "smem":  # Note [ticket barrier progress]: the estimate must not count blocks that cannot be resident
+        per_sm = min(per_sm, (SMEM_LIMIT + 1024) // (bpt * block + _SYNC_STATIC_SMEM))
+    resident = SMS * max(1, per_sm)
+    return _sync_k(card, p) <= resident // 2 and ng * _sync_k(card, p) < 2**31
+
+
+def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    acts = [(f"strategy {p['strategy']} -> {s}", defaults(card, s)) for s in STRATEGIES if s != p["strategy"]]
+    for name in ("vec", "block", "k", "bpt", "cs", "clusters"):
+        acts += scale_knob(p, name)
+    if "reverse" in p:
+        acts.append(knob(p, "reverse", not p["reverse"]))
+    acts.append(knob(p, "stream", not p.get("stream", False)))
+    whole = {k: v for k, v in p.items() if k != "keep"}
+    if p["strategy"] in ("sync", "cluster"):
+        caches = ("reg", "smem", "none") if p["strategy"] == "sync" else ("reg", "smem")
+        acts += [knob(whole, "cache", c) for c in caches if c != p.get("cache", "reg")]
+    if p["strategy"] == "cluster" and p.get("cache") == "smem":  # Note [a chunk kept in part] in softmax.py
+        nit = cdiv(chunk_of(card.sizes["group_size"], p["cs"], p["vec"]), p["block"] * p["vec"])
+        if "keep" in p:
+            acts += scale_knob(p, "keep") + [knob(p, "keep", p["keep"] + 1), (f"keep {p['keep']} -> all", whole)]
+        else:
+            acts.append(knob(p, "keep", max(1, nit // 2)))
+    return filter_actions(card, p, acts, valid)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# code generation
+
+
+_GN_EXTRA = r"""
+struct Sum2 { __device__ __forceinline__ float2 operator()(float2 a, float2 b) const { return make_float2(a.x + b.x, a.y + b.y); } };
+// Combine the K partials of group gi in a fixed order: every block of the group gets bit-identical stats.
+__device__ __forceinline__ float4 group_stats(const float4* part, long long gi, float4* red4) {
+  float4 st = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int i = threadIdx.x; i < K; i += NT) st = Chan()(st, __ldcg(part + gi * K + i));
+  return group_all<NT, NT>(st, Chan(), red4);
+}
+"""
+
+
+def _gn_stat_dtype(card: OperatorCard, index: int) -> str:
+    """ATen keeps group-norm mean/rstd in the input dtype (fp32 when weight is fp32 and input is half: mixed)."""
+    s = output_spec(card, index)
+    if s is not None:
+        return s.dtype
+    x, w = main_input(card), input_spec(card, "weight")
+    return "float32" if w is not None and w.dtype == "float32" else x.dtype
+
+
+def _gn_normalise(card: OperatorCard, src: str, stream: bool = False,
+                  stats: str = "group_stats(part, gi, red4)") -> str:
+    """Finalise the group's (count, mean, M2) ``stats``, write mean/rstd once per group, then normalise this
+    block's chunk (cached or re-read)."""
+    has_w, has_b = input_spec(card, "weight") is not None, input_spec(card, "bias") is not None
+    if has_w or has_b:  # ATen's fused form: y = x * a + b with a = rstd * w[c], b = bias[c] - a * mean
+        a = "r_r * to_f(w[c])" if has_w else "r_r"
+        coef = f"const float a = {a}; const float bb = {'to_f(b[c])' if has_b else '0.f'} - a * m_r;"
+        val = "to_f(p.v[j]) * a + bb"
+    else:
+        coef, val = "", "(to_f(p.v[j]) - m_r) * r_r"
+    out = ["mean_out[gi] = from_f<TM>(mean);" if output_spec(card, 1) else "",
+           "rstd_out[gi] = from_f<TR>(rstd);" if output_spec(card, 2) else ""]
+    body = f"""const int c = g * D + (int)(e / HW); {coef} PO o;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});
+      {"stp_cs" if stream else "stp"}<TO, VEC>(yg + e, o);"""
+    if src == "mixed":  # Note [a chunk kept in part] in softmax.py: the re-read packs first, then the kept ones
+        loop = f"""
+#pragma unroll
+  for (int i = KEEP; i < NIT; ++i) {{
+    const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
+    if (e < end) {{ const P p = {"ldp_cs" if stream else "ldp"}<T, VEC>(xg + e); {body} }}
+  }}
+#pragma unroll
+  for (int i = 0; i < KEEP; ++i) {{
+    const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
+    if (e < end) {{ const P p = cache[i * NT + threadIdx.x]; {body} }}
+  }}"""
+    elif src in ("reg", "smem"):
+        slot = "cache[i]" if src == "reg" else "cache[i * NT + threadIdx.x]"
+        loop = f"""
+#pragma unroll
+  for (int i = 0; i < NIT; ++i) {{
+    const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
+    if (e < end) {{ const P p = {slot}; {body} }}
+  }}"""
+    else:
+        loop = f"""
+#pragma unroll 4
+  for (I e = beg + threadIdx.x * VEC; e < end; e += NT * VEC) {{ const P p = {"ldp_cs" if stream else "ldp"}<T, VEC>(xg + e); {body} }}"""
+    return f"""
+  const float4 st = {stats};
+  const float mean = st.y, rstd = rsqrtf(fmaxf(st.z / st.x, 0.f) + eps);
+  if (k == 0 && threadIdx.x == 0) {{ {" ".join(out)} }}
+  // ATen stores mean/rstd in their output dtype and normalises with the stored values.
+  const float m_r = round_to<TM>(mean), r_r = round_to<TR>(rstd);
+  const int g = (int)(gi % G);
+  TO* yg = y + gi * GS;{loop}"""
+
+
+def _group_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
+    x = main_input(card)
+    s, vec, block, isz = p["strategy"], p["vec"], p["block"], main_itemsize(card)
+    gs, ng = card.sizes["group_size"], card.sizes["N"] * card.sizes["G"]
+    if s == "split":
+        k, nit = p["k"], 1
+        ch = chunk_of(gs, k, vec)
+    elif s in ("cluster", "pipe"):
+        k, ch = p["cs"], chunk_of(gs, p["cs"], vec)
+        nit = cdiv(ch, block * vec)
+    else:
+        nit = p["bpt"] // (vec * isz)
+        ch = block * nit * vec
+        k = cdiv(gs, ch)
+    common_args = [("in:input", "const T* __restrict__ x", ""), ("in:weight", "const TW* __restrict__ w", "weight"),
+                   ("in:bias", "const TB* __restrict__ b", "bias"), ("scratch:part", "float4* __restrict__ part", "")]
+    tail = [("out:0", "TO* __restrict__ y", ""), ("out:1", "TM* __restrict__ mean_out", "out1"),
+            ("out:2", "TR* __restrict__ rstd_out", "out2"), (eps_arg(card, 1e-5), "float eps", "")]
+    head = f"""{PREAMBLE}
+{typedefs(T=x.dtype, TO=output_spec(card, 0).dtype, TW=dtype_or(card, "weight", x.dtype),
+          TB=dtype_or(card, "bias", x.dtype), TM=_gn_stat_dtype(card, 1), TR=_gn_stat_dtype(card, 2))}
+typedef {"long long" if gs > 2**31 - 1 - ch else "int"} I;
+{consts(GS=gs, K=k, CH=ch, NIT=nit, VEC=vec, NT=block, HW=card.sizes["HxW"], D=card.sizes["ch_per_group"],
+        G=card.sizes["G"], TOTAL=ng * k, REV=int(p.get("reverse", False)), NG=ng,
+        **({"KEEP": p["keep"]} if "keep" in p else {}))}
+typedef Pack<T, VEC> P;
+typedef Pack<TO, VEC> PO;
+{_GN_EXTRA}"""
+    chunk = """
+  const I beg = (I)k * CH, end = min(beg + (I)CH, (I)GS);
+  const T* xg = x + gi * GS;"""
+    if s == "split":
+        params, args = plan_params(card, common_args + tail)
+        source = head + f"""
+// Pass 1: block b = group * K + k writes (count, mean, M2) of chunk k, from sums shifted by the chunk's first value.
+extern "C" __global__ __launch_bounds__(NT) void gn_stats(const T* __restrict__ x, float4* __restrict__ part) {{
+  __shared__ float2 red2[32];
+  const long long gi = blockIdx.x / K;
+  const int k = blockIdx.x % K;{chunk}
+  const float shift = beg < end ? to_f(xg[beg]) : 0.f;
+  float2 a = make_float2(0.f, 0.f);
+#pragma unroll 4
+  for (I e = beg + threadIdx.x * VEC; e < end; e += NT * VEC) {{
+    const P p = ldp<T, VEC>(xg + e);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {{ const float d = to_f(p.v[j]) - shift; a.x += d; a.y += d * d; }}
+  }}
+  a = group_all<NT, NT>(a, Sum2(), red2);
+  if (threadIdx.x == 0) {{
+    const float n = (float)max(end - beg, (I)0);
+    part[blockIdx.x] = n > 0.f ? make_float4(n, shift + a.x / n, fmaxf(a.y - a.x * a.x / n, 0.f), 0.f)
+                               : make_float4(0.f, 0.f, 0.f, 0.f);
+  }}
+}}
+
+// Pass 2: every block combines its group's K partials, then normalises its chunk.
+extern "C" __global__ __launch_bounds__(NT) void gn_apply({params}) {{
+  __shared__ float4 red4[32];
+  const long long bi = REV ? (TOTAL - 1 - (long long)blockIdx.x) : (long long)blockIdx.x;
+  const long long gi = bi / K;
+  const int k = (int)(bi % K);{chunk}{_gn_normalise(card, "global", p.get("stream", False))}
+}}
+"""
+        launches = [launch("gn_stats", ng * k, block, ["in:input", "scratch:part"]), launch("gn_apply", ng * k, block, args)]
+        scratch = {"part": (ng * k * 16, False)}
+    elif s == "cluster":
+        params, args = plan_params(card, common_args[:3] + tail)
+        src = "mixed" if "keep" in p else p["cache"]  # valid() allows keep only below NIT
+        source = head + f"""
+// One cluster of K blocks per group; block k keeps chunk k of the group (in registers or shared memory), the
+// blocks exchange their (count, mean, M2) through distributed shared memory and combine them in rank order, so
+// every block of the group gets bit-identical stats. The cluster shape sits on a declaration: the contract's
+// kernel pattern wants `void NAME(` on the definition.
+extern "C" __global__ __cluster_dims__(K, 1, 1) void gn_cluster({params});
+extern "C" __global__ __launch_bounds__(NT) void gn_cluster({params}) {{
+  __shared__ float red[32];
+  __shared__ float4 cpart, cstat;
+  const long long gi = blockIdx.x / K;
+  const int k = blockIdx.x % K;{chunk}{_gn_sync_stats(src)}
+  if (threadIdx.x == 0) cpart = make_float4(n, mb, q, 0.f);
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();
+{cluster_combine("cpart", "cstat", "float4", "Chan", "make_float4(0.f, 0.f, 0.f, 0.f)", "K")}
+  __cluster_barrier_arrive();  // done reading the other blocks' shared memory
+  __syncthreads();{_gn_normalise(card, src, p.get("stream", False), "cstat")}
+  __cluster_barrier_wait();  // no block leaves while another may still read its `cpart`
+}}
+"""
+        smem = (p.get("keep", nit) if src == "mixed" else nit) * block * vec * isz if p["cache"] == "smem" else 0
+        launches = [launch("gn_cluster", ng * k, block, args, smem)]
+        scratch = None
+    elif s == "pipe":
+        params, args = plan_params(card, common_args[:3] + tail)
+        load = "ldp_cs" if p.get("stream", False) else "ldp"
+        prefetch = f"""{{
+      const T* xn = x + ngi * GS;
+#pragma unroll
+      for (int i = 0; i < NIT; ++i) {{
+        const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
+        if (e < end) nx[i] = {load}<T, VEC>(xn + e);
+      }}
+    }}"""
+        source = head + f"""
+// A fixed number of clusters of K blocks walk the groups; block k takes chunk k of every group its cluster visits.
+// The current group's chunk sits in shared memory while the loads of the next group's chunk fly into registers
+// (nx), so this group's statistics, barrier and stores overlap the next group's loads. Stats as in gn_cluster.
+// The cluster shape sits on a declaration: the contract's kernel pattern wants `void NAME(` on the definition.
+extern "C" __global__ __cluster_dims__(K, 1, 1) void gn_pipe({params});
+extern "C" __global__ __launch_bounds__(NT) void gn_pipe({params}) {{
+  __shared__ float red[32];
+  __shared__ float4 cpart[2], cstat;  // cpart by parity: a block may publish the next group's before others read
+  extern __shared__ __align__(16) unsigned char dsm[];
+  P* cache = reinterpret_cast<P*>(dsm);
+  const int k = blockIdx.x % K;
+  const long long ncl = gridDim.x / K;
+  const I beg = (I)k * CH, end = min(beg + (I)CH, (I)GS);
+  const float n = (float)(end - beg);
+{walk_head("gi", "NG", "blockIdx.x / K", prefetch, "beg + ((I)i * NT + threadIdx.x) * VEC < end",
+           "cache[i * NT + threadIdx.x]")}
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < NIT; ++i) {{
+      if (beg + ((I)i * NT + threadIdx.x) * VEC < end) {{
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) s += to_f(cache[i * NT + threadIdx.x].v[j]);
+      }}
+    }}
+    const float mb = group_all<NT, NT>(s, Sum(), red) / n;
+    float q = 0.f;
+#pragma unroll
+    for (int i = 0; i < NIT; ++i) {{
+      if (beg + ((I)i * NT + threadIdx.x) * VEC < end) {{
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {{ const float d = to_f(cache[i * NT + threadIdx.x].v[j]) - mb; q += d * d; }}
+      }}
+    }}
+    q = group_all<NT, NT>(q, Sum(), red);
+    if (threadIdx.x == 0) cpart[it & 1] = make_float4(n, mb, q, 0.f);
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+{cluster_combine("cpart[it & 1]", "cstat", "float4", "Chan", "make_float4(0.f, 0.f, 0.f, 0.f)", "K")}
+    __syncthreads();
+    {{{_gn_normalise(card, "smem", p.get("stream", False), "cstat")}
+    }}
+    __syncthreads();  // every thread has read `cstat` before the next group's is written
+  }}
+  __cluster_barrier_arrive();  // no block leaves while another may still read its `cpart`
+  __cluster_barrier_wait();
+}}
+"""
+        launches = [launch("gn_pipe", p["clusters"] * k, block, args, nit * block * vec * isz)]
+        scratch = None
+    else:
+        params, args = plan_params(card, common_args + [("scratch:sync", "int* __restrict__ sync", "")] + tail)
+        source = head + f"""
+// One launch. See Note [ticket barrier progress] in group_norm.py: sync[0] hands out chunks in order, sync[1 + group]
+// counts the group's published partials.
+extern "C" __global__ __launch_bounds__(NT) void gn_sync({params}) {{
+  __shared__ float red[32];
+  __shared__ float4 red4[32];
+  __shared__ int ticket;
+  if (threadIdx.x == 0) ticket = atomicAdd(sync, 1);
+  __syncthreads();
+  const int t = ticket;
+  const long long gi = t / K;
+  const int k = t % K;{chunk}{_gn_sync_stats(p.get("cache", "reg"))}
+  if (threadIdx.x == 0) {{
+    part[t] = make_float4(n, mb, q, 0.f);
+    __threadfence();
+    atomicAdd(sync + 1 + gi, 1);
+    while (*(volatile int*)(sync + 1 + gi) < K) {{ }}
+    __threadfence();
+  }}
+  __syncthreads();{_gn_normalise(card, {"reg": "reg", "smem": "smem"}.get(p.get("cache", "reg"), "global"),
+                                  p.get("stream", False))}
+}}
+"""
+        smem = p["bpt"] * block if p.get("cache") == "smem" else 0
+        launches = [launch("gn_sync", ng * k, block, args, smem)]
+        scratch = {"part": (ng * k * 16, False), "sync": ((1 + ng) * 4, True)}
+    desc = "group_norm " + " ".join(f"{k_}={v}" for k_, v in sorted(p.items())) + f" K={k}"
+    return make_candidate(source, launches, desc, p, align_of(vec, card_tensors(card)), scratch)
+
+
+_SYNC_STATIC_SMEM = 1024  # gn_sync's own __shared__ (reduction scratch, ticket), rounded up
+
+
+def _shifted_sums(load: str) -> str:
+    """n, mb (mean) and q (M2) of this block's chunk from sums shifted by its first value, each pack read by ``load``
+    (at element ``e``)."""
+    return f"""
+  const float n = (float)(end - beg);
+  const float shift = to_f(xg[beg]);
+  float2 a = make_float2(0.f, 0.f);
+#pragma unroll
+  for (int i = 0; i < NIT; ++i) {{
+    const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
+    if (e < end) {{
+      const P p = {load};
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {{ const float d = to_f(p.v[j]) - shift; a.x += d; a.y += d * d; }}
+    }}
+  }}
+  a = group_all<NT, NT>(a, Sum2(), red2);
+  const float mb = shift + a.x / n, q = fmaxf(a.y - a.x * a.x / n, 0.f);"""
+
+
+def _gn_sync_stats(cache: str) -> str:
+    """This block's chunk statistics for ``gn_sync``: n, mb (mean) and q (M2); with ``reg`` (registers) or ``smem``
+    (dynamic shared memory: bigger chunks, more groups resident) the chunk stays in ``cache`` for the write, with
+    ``none`` it is summed once, shifted by its first value, and not kept."""
+    if cache == "mixed":  # the kept packs into shared memory, then shifted sums over them and the re-read rest
+        return """
+  __shared__ float2 red2[32];
+  extern __shared__ __align__(16) unsigned char dsm[];
+  P* cache = reinterpret_cast<P*>(dsm);
+#pragma unroll
+  for (int i = 0; i < KEEP; ++i) {
+    const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
+    if (e < end) cache[i * NT + threadIdx.x] = ldp<T, VEC>(xg + e);
+  }""" + _shifted_sums("i < KEEP ? cache[i * NT + threadIdx.x] : ldp<T, VEC>(xg + e)")
+    if cache == "none":
+        return """
+  __shared__ float2 red2[32];""" + _shifted_sums("ldp<T, VEC>(xg + e)")
+    decl, slot = ("P cache[NIT];", "cache[i]") if cache == "reg" else (
+        "extern __shared__ __align__(16) unsigned char dsm[];\n  P* cache = reinterpret_cast<P*>(dsm);",
+        "cache[i * NT + threadIdx.x]")
+    return f"""
+  {decl}
+#pragma unroll
+  for (int i = 0; i < NIT; ++i) {{
+    const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
+    if (e < end) {slot} = ldp<T, VEC>(xg + e);
+  }}
+  const float n = (float)(end - beg);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < NIT; ++i) {{
+    if (beg + ((I)i * NT + threadIdx.x) * VEC < end) {{
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) s += to_f({slot}.v[j]);
+    }}
+  }}
+  const float mb = group_all<NT, NT>(s, Sum(), red) / n;
+  float q = 0.f;
+#pragma unroll
+  for (int i = 0; i < NIT; ++i) {{
+    if (beg + ((I)i * NT + threadIdx.x) * VEC < end) {{
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {{ const float d = to_f({slot}.v[j]) - mb; q += d * d; }}
+    }}
+  }}
+  q = group_all<NT, NT>(q, Sum(), red);"""
+
+
+def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
+    if not valid(card, p):
+        raise ValueError(f"group_norm params {p} are not valid for {card.op} sizes {card.sizes}")
+    return _group_norm(card, p)
