@@ -38,10 +38,11 @@ def test_ratio_range_pairs_rounds():
 
 
 def test_round_orders_rotate_so_no_configuration_keeps_its_slot():
-    orders = bench_models.round_orders(["a", "b", "c"], 4)
-    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
-    for name in "abc":  # every configuration runs first, second and third once in three rounds
-        assert sorted(o.index(name) for o in orders[:3]) == [0, 1, 2]
+    orders = bench_models.round_orders(["a", "b", "c"], 4)  # 4 rounds asked: 6, two whole rotations
+    assert orders[:4] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]] and len(orders) == 6
+    for name in "abc":  # every configuration runs first, second and third equally often
+        assert sorted(o.index(name) for o in orders) == [0, 0, 1, 1, 2, 2]
+    assert len(bench_models.round_orders(list("abcde"), 8)) == 10 and len(bench_models.round_orders(list("ab"), 4)) == 4
 
 
 def test_reps_fill_a_slot_of_the_fastest_configuration_within_bounds():
@@ -86,7 +87,7 @@ def test_per_kernel_sums_device_events_by_name_per_forward():
 def test_device_ms_is_the_median_round_of_each_configuration(monkeypatch):
     import profile_kernels
 
-    seen, per_call = [], {"a": iter([3000.0, 1000.0, 2000.0]), "b": iter([500.0, 700.0, 600.0])}
+    seen, per_call = [], {"a": iter([3000.0, 1000.0, 2000.0, 2000.0]), "b": iter([500.0, 700.0, 600.0, 600.0])}
     fns = {"a": lambda: "a", "b": lambda: "b"}
 
     def fake_table(fn, inputs, iters):
@@ -95,5 +96,5 @@ def test_device_ms_is_the_median_round_of_each_configuration(monkeypatch):
         return [{"kernel": "k", "us_per_forward": next(per_call[name]), "calls_per_forward": 1.0}]
 
     monkeypatch.setattr(profile_kernels, "kernel_table", fake_table)
-    assert bench_models.device_ms(fns, (), rounds=3) == {"a": 2.0, "b": 0.6}
-    assert seen == ["a", "b", "b", "a", "a", "b"]  # rotated each round
+    assert bench_models.device_ms(fns, (), rounds=3) == {"a": 2.0, "b": 0.6}  # 3 asked: 4, whole rotations
+    assert seen == ["a", "b", "b", "a", "a", "b", "b", "a"]  # rotated each round
