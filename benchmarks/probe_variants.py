@@ -40,6 +40,11 @@ def softmax_variants(vec: int) -> list[dict[str, Any]]:
                      stream=[False, True]))
     out += list(grid(strategy="cluster", vec=vec, block=[256, 512, 1024], cs=[4, 8, 16], cache="smem",
                      keep=[2, 4, 6, 8, 12], stream=[False, True]))  # Note [a chunk kept in part]
+    # Note [a chunk fetched by the copy engine]: whole chunks and kept parts (`--strategy tma`)
+    out += list(grid(strategy="cluster", vec=vec, block=[256, 512, 1024], cs=[8, 16], cache="smem", stream=False,
+                     tma=True))
+    out += list(grid(strategy="cluster", vec=vec, block=[256, 512], cs=[16], cache="smem", keep=[4, 6],
+                     stream=[False, True], tma=True))
     return out
 
 
@@ -56,6 +61,8 @@ def group_norm_variants(vec: int) -> list[dict[str, Any]]:
                      stream=[False, True]))
     out += list(grid(strategy="cluster", vec=vec, block=[256, 512, 1024], cs=[8, 16], cache="smem",
                      keep=[2, 4, 6, 8], stream=[False, True]))
+    out += list(grid(strategy="cluster", vec=vec, block=[256, 512, 1024], cs=[8, 16], cache="smem",
+                     keep=[4, 6, 8], stream=True, tma=True))
     return out
 
 
@@ -86,7 +93,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="", help="only cases whose name contains this")
     ap.add_argument("--strategy", default="", help="only variants of these strategies (comma separated; `keep`: "
-                                                    "the chunks kept in part)")
+                                                    "the chunks kept in part, `tma`: filled by the copy engine)")
     ap.add_argument("--out", type=Path, default=None, help="write probe.json here")
     ap.add_argument("--flush-only", action="store_true",
                     help="only time eager with a read and a write L2 flush (Note [why flush before each repeat])")
@@ -125,7 +132,8 @@ def main() -> None:
             print(f"   worker: eager {base['eager_us']:.1f} us, floor {base['floor_us']:.1f} us", flush=True)
             keep = set(filter(None, args.strategy.split(",")))
             # the template's own root first, so every filtered probe has the search's starting point to compare with
-            chosen = [v for v in variants if not keep or v["strategy"] in keep or ("keep" in keep and "keep" in v)]
+            chosen = [v for v in variants if not keep or v["strategy"] in keep
+                      or any(flag in keep and flag in v for flag in ("keep", "tma"))]
             for p in [fam.root_params(card)] + chosen:
                 if not fam.valid(card, p):
                     print(f"   invalid {p}")

@@ -417,6 +417,39 @@ def test_group_norm_cluster_keeps_part_of_its_chunk() -> None:
     _compile_once(gn.generate(odd, q))
 
 
+def test_a_chunk_fetched_by_the_copy_engine() -> None:
+    """Note [a chunk fetched by the copy engine]: ``tma`` fills a cluster block's shared-memory chunk (whole, or the
+    kept part) with bulk copies counted on an mbarrier; only 16-byte packs of an input read as it is (no prologue)."""
+    from forge_backend.search.templates import group_norm as gn
+    from forge_backend.search.templates import softmax as sm
+
+    card = CARDS["softmax_logits_f32"][0]()
+    p = {**sm.root_params(card), "tma": True}  # the whole-chunk smem cluster
+    assert sm.valid(card, p) and p["cache"] == "smem"
+    src = sm.generate(card, p).source
+    assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in src
+    assert "bulk_fill(dsm, xr + cbeg, (unsigned)((cend - cbeg) * sizeof(T)), &bar);" in src
+    _compile_once(sm.generate(card, p))
+    kept = {**sm.kept_seed(card), "tma": True}
+    assert "min(KEEP * NT * VEC, cend - cbeg)" in sm.generate(card, kept).source
+    _compile_once(sm.generate(card, kept))
+    assert "bulk_fill" not in sm.generate(card, sm.root_params(card)).source
+    assert not sm.valid(card, {**p, "vec": 2})  # 8-byte packs
+    assert not sm.valid(card, {**p, "cache": "reg"}) and not sm.valid(card, {**p, "tma": 1})
+    assert not sm.valid(card, {**sm.defaults(card, "split"), "tma": True})  # no chunk in shared memory
+    fused = CARDS["softmax_fused_softcap"][0]()
+    assert not sm.valid(fused, {**sm.defaults(fused, "cluster"), "cache": "smem", "tma": True})  # a prologue
+    acts = dict(sm.actions(card, sm.root_params(card)))
+    assert acts["tma False -> True"] == p and dict(sm.actions(card, p))["tma True -> False"] == sm.root_params(card)
+    g = CARDS["group_norm_vae_bf16"][0]()
+    q = {**gn.kept_seed(g), "tma": True}
+    assert gn.valid(g, q) and dict(gn.actions(g, gn.kept_seed(g)))["tma False -> True"] == q
+    src = gn.generate(g, q).source
+    assert "bulk_fill(dsm, xg + beg, (unsigned)(min((I)KEEP * NT * VEC, end - beg) * sizeof(T)), &bar);" in src
+    _compile_once(gn.generate(g, q))
+    assert not gn.valid(g, {**gn.root_params(g), "tma": True})  # the sync strategy: no cluster chunk
+
+
 def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
     """The depthwise conv1d template loads along the input's unit-stride dim (channels, for Qwen's transposed view)
     and stores along the output's; other convolutions (UNMATCHED) are left to PyTorch."""

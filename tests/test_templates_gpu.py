@@ -111,8 +111,23 @@ KEPT_IN_PART = [
 ]
 
 
+# Note [a chunk fetched by the copy engine]: whole chunks and kept parts, last chunks shorter than the others
+KEPT_IN_PART += [
+    (tc.softmax((5, 40000), "bfloat16"), {"strategy": "cluster", "vec": 8, "block": 128, "cs": 4, "cache": "smem",
+                                          "stream": False, "tma": True}),
+    (tc.softmax((3, 70004), "float32"), {"strategy": "cluster", "vec": 4, "block": 256, "cs": 16, "cache": "smem",
+                                         "keep": 2, "stream": True, "tma": True}),
+    (tc.group_norm(2, 96, 40, 40, dtype="bfloat16"), {"strategy": "cluster", "vec": 8, "block": 128, "cs": 4,
+                                                      "cache": "smem", "stream": True, "tma": True}),
+    (tc.group_norm(1, 512, 128, 128, dtype="float32", used=(0,)),
+     {"strategy": "cluster", "vec": 4, "block": 256, "cs": 16, "cache": "smem", "keep": 8, "stream": True,
+      "tma": True}),
+]
+
+
 @pytest.mark.parametrize("case", KEPT_IN_PART, ids=lambda c: f"{c[0].op.removeprefix('aten.')}-"
-                         f"{'x'.join(map(str, c[0].inputs[0].spec.shape))}-keep{c[1]['keep']}")
+                         f"{'x'.join(map(str, c[0].inputs[0].spec.shape))}-keep{c[1].get('keep', 'all')}"
+                         f"{'-tma' if c[1].get('tma') else ''}")
 def test_chunk_kept_in_part_passes_the_verifier(case):
     card, params = case
     assert family_for(card).valid(card, params), params

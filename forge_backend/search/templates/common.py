@@ -314,6 +314,41 @@ def row_offset(out: TensorSpec, x: TensorSpec, row: str = "row") -> str:
     return " + ".join(terms) or "0"
 
 
+# Note [a chunk fetched by the copy engine]
+# ``tma`` (softmax and group norm clusters with a shared-memory chunk) fills the chunk with bulk asynchronous copies
+# (cp.async.bulk, sm_90's copy engine) instead of every thread loading packs through its registers and storing them:
+# a few threads issue copies of up to 16 KB each, an mbarrier counts the bytes that arrived, and every thread waits
+# on it before reading the chunk. The chunk's layout is the one the pack loops use (pack k of the chunk at byte
+# k * VEC * sizeof(T)), so the rest of the kernel is unchanged. Needs 16-byte packs (every copy's start and size a
+# multiple of 16 bytes) and no prologue: the copy moves the input's bytes as they are. Written after the seventh
+# session's device time was spent: compiled for sm_90, not yet run on a GPU.
+TMA_HELPERS = r"""
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+// Fill dst[0, bytes) from src with bulk copies of <= 16 KB issued by the first threads, counted on `bar`; every
+// thread of the block returns once all bytes have arrived. bytes: a multiple of 16; dst, src: 16-byte aligned.
+__device__ __forceinline__ void bulk_fill(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+  constexpr unsigned PIECE = 16384;
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_addr(bar)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(bar)), "r"(bytes)
+                 : "memory");
+  }
+  __syncthreads();
+  for (unsigned off = threadIdx.x * PIECE; off < bytes; off += blockDim.x * PIECE) {
+    const unsigned n = min(PIECE, bytes - off);
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(smem_addr(static_cast<char*>(dst) + off)), "l"(static_cast<const char*>(src) + off), "r"(n),
+                    "r"(smem_addr(bar)) : "memory");
+  }
+  unsigned done = 0;
+  while (!done)
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(smem_addr(bar)) : "memory");
+}
+"""
+
+
 # The most packs per thread a fully unrolled chunk loop may have (the loops of a chunk kept in part): past it the
 # cubin and its compile time grow with no more loads in flight to gain.
 MAX_UNROLLED_PACKS = 64

@@ -45,10 +45,10 @@ from typing import Any
 from ...cards import OperatorCard
 from ...contract import Candidate
 from .common import (FLOAT_DTYPES, MAX_UNROLLED_PACKS, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, SMEM_LIMIT, SMS,
-                     align_of, best_vec, card_tensors, cdiv, chunk_of, clamp, cluster_combine, consts, dtype_or,
-                     eps_arg, filter_actions, flat_contiguous, input_spec, knob, launch, main_input, main_itemsize,
-                     make_candidate, output_spec, param_ok, plan_params, pow2_ceil, same_layout, scale_knob, typedefs,
-                     vec_ok, walk_head)
+                     TMA_HELPERS, align_of, best_vec, card_tensors, cdiv, chunk_of, clamp, cluster_combine, consts,
+                     dtype_or, eps_arg, filter_actions, flat_contiguous, input_spec, knob, launch, main_input,
+                     main_itemsize, make_candidate, output_spec, param_ok, plan_params, pow2_ceil, same_layout,
+                     scale_knob, typedefs, vec_ok, walk_head)
 
 OPS = ("aten.native_group_norm.default",)
 STRATEGIES = ("sync", "split", "cluster", "pipe")
@@ -148,6 +148,8 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     if s not in STRATEGIES or block % 32 or not 32 <= block <= 1024:
         return False
     isz = main_itemsize(card)
+    if "tma" in p and not (s == "cluster" and p["tma"] is True and p.get("cache") == "smem" and vec * isz == 16):
+        return False  # Note [a chunk fetched by the copy engine] in common.py: a cluster's chunk, 16-byte packs
     gs, hw = card.sizes["group_size"], card.sizes["HxW"]
     if not vec_ok(vec, gcd(hw, gs), card_tensors(card)):
         return False
@@ -197,16 +199,19 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
     if "reverse" in p:
         acts.append(knob(p, "reverse", not p["reverse"]))
     acts.append(knob(p, "stream", not p.get("stream", False)))
-    whole = {k: v for k, v in p.items() if k != "keep"}
+    whole = {k: v for k, v in p.items() if k not in ("keep", "tma")}
     if p["strategy"] in ("sync", "cluster"):
         caches = ("reg", "smem", "none") if p["strategy"] == "sync" else ("reg", "smem")
         acts += [knob(whole, "cache", c) for c in caches if c != p.get("cache", "reg")]
     if p["strategy"] == "cluster" and p.get("cache") == "smem":  # Note [a chunk kept in part] in softmax.py
         nit = cdiv(chunk_of(card.sizes["group_size"], p["cs"], p["vec"]), p["block"] * p["vec"])
         if "keep" in p:
-            acts += scale_knob(p, "keep") + [knob(p, "keep", p["keep"] + 1), (f"keep {p['keep']} -> all", whole)]
+            whole_chunk = {k: v for k, v in p.items() if k != "keep"}
+            acts += scale_knob(p, "keep") + [knob(p, "keep", p["keep"] + 1), (f"keep {p['keep']} -> all", whole_chunk)]
         else:
             acts.append(knob(p, "keep", max(1, nit // 2)))
+        acts.append((f"tma {p.get('tma', False)} -> {not p.get('tma', False)}",
+                     {k: v for k, v in p.items() if k != "tma"} | ({} if p.get("tma") else {"tma": True})))
     return filter_actions(card, p, acts, valid)
 
 
@@ -312,7 +317,7 @@ typedef {"long long" if gs > 2**31 - 1 - ch else "int"} I;
         **({"KEEP": p["keep"]} if "keep" in p else {}))}
 typedef Pack<T, VEC> P;
 typedef Pack<TO, VEC> PO;
-{_GN_EXTRA}"""
+{_GN_EXTRA}{TMA_HELPERS if p.get("tma") else ""}"""
     chunk = """
   const I beg = (I)k * CH, end = min(beg + (I)CH, (I)GS);
   const T* xg = x + gi * GS;"""
@@ -363,7 +368,7 @@ extern "C" __global__ __launch_bounds__(NT) void gn_cluster({params}) {{
   __shared__ float red[32];
   __shared__ float4 cpart, cstat;
   const long long gi = blockIdx.x / K;
-  const int k = blockIdx.x % K;{chunk}{_gn_sync_stats(src)}
+  const int k = blockIdx.x % K;{chunk}{_gn_sync_stats(src, p.get("tma", False))}
   if (threadIdx.x == 0) cpart = make_float4(n, mb, q, 0.f);
   __cluster_barrier_arrive();
   __cluster_barrier_wait();
@@ -492,33 +497,45 @@ def _shifted_sums(load: str) -> str:
   const float mb = shift + a.x / n, q = fmaxf(a.y - a.x * a.x / n, 0.f);"""
 
 
-def _gn_sync_stats(cache: str) -> str:
-    """This block's chunk statistics for ``gn_sync``: n, mb (mean) and q (M2); with ``reg`` (registers) or ``smem``
-    (dynamic shared memory: bigger chunks, more groups resident) the chunk stays in ``cache`` for the write, with
-    ``none`` it is summed once, shifted by its first value, and not kept."""
+def _bulk_fill(packs: str) -> str:
+    """C++: the chunk's first ``packs`` packs (at most the chunk) into ``dsm`` by the copy engine (Note [a chunk
+    fetched by the copy engine] in common.py)."""
+    return f"""
+  __shared__ __align__(8) unsigned long long bar;
+  bulk_fill(dsm, xg + beg, (unsigned)(min((I){packs} * VEC, end - beg) * sizeof(T)), &bar);"""
+
+
+def _gn_sync_stats(cache: str, tma: bool = False) -> str:
+    """This block's chunk statistics for ``gn_sync`` and ``gn_cluster``: n, mb (mean) and q (M2); with ``reg``
+    (registers) or ``smem`` (dynamic shared memory: bigger chunks, more groups resident) the chunk stays in
+    ``cache`` for the write, with ``none`` it is summed once, shifted by its first value, and not kept; ``mixed``
+    keeps its first KEEP packs per thread. ``tma``: shared memory is filled by the copy engine."""
     if cache == "mixed":  # the kept packs into shared memory, then shifted sums over them and the re-read rest
-        return """
-  __shared__ float2 red2[32];
-  extern __shared__ __align__(16) unsigned char dsm[];
-  P* cache = reinterpret_cast<P*>(dsm);
+        fill = _bulk_fill("KEEP * NT") if tma else """
 #pragma unroll
   for (int i = 0; i < KEEP; ++i) {
     const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
     if (e < end) cache[i * NT + threadIdx.x] = ldp<T, VEC>(xg + e);
-  }""" + _shifted_sums("i < KEEP ? cache[i * NT + threadIdx.x] : ldp<T, VEC>(xg + e)")
+  }"""
+        return """
+  __shared__ float2 red2[32];
+  extern __shared__ __align__(16) unsigned char dsm[];
+  P* cache = reinterpret_cast<P*>(dsm);""" + fill + \
+            _shifted_sums("i < KEEP ? cache[i * NT + threadIdx.x] : ldp<T, VEC>(xg + e)")
     if cache == "none":
         return """
   __shared__ float2 red2[32];""" + _shifted_sums("ldp<T, VEC>(xg + e)")
     decl, slot = ("P cache[NIT];", "cache[i]") if cache == "reg" else (
         "extern __shared__ __align__(16) unsigned char dsm[];\n  P* cache = reinterpret_cast<P*>(dsm);",
         "cache[i * NT + threadIdx.x]")
-    return f"""
-  {decl}
+    fill = _bulk_fill("NIT * NT") if tma else f"""
 #pragma unroll
   for (int i = 0; i < NIT; ++i) {{
     const I e = beg + ((I)i * NT + threadIdx.x) * VEC;
     if (e < end) {slot} = ldp<T, VEC>(xg + e);
-  }}
+  }}"""
+    return f"""
+  {decl}{fill}
   const float n = (float)(end - beg);
   float s = 0.f;
 #pragma unroll

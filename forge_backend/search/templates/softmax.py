@@ -33,9 +33,10 @@ last, and the write re-reads them first, while they are the freshest in L2. Shar
 the kept part plus what of the rest the L2 no longer holds. The two pure forms bracket it: ``smem`` (no re-read, 2.6
 waves) ran 44.4 us and ``none`` (everything re-read, one wave) 45.8 us, same run (probe_smem_softmax.json). Measured
 (seventh session, probe_kept_in_part.json, same run as each root): the softmax gains little ([64, 262144] bf16 26.7
-against 27.5 us; fp32 46.3 against the whole chunk's 45.2 us), the group norm a lot (group_norm.py); ``keep`` is an action
-of every smem cluster, and a kept-in-part cluster is the second seed of long rows (``kept_seed``) and of big group
-norms (``group_norm.kept_seed``).
+against 27.5 us; fp32 46.3 against the whole chunk's 45.2 us), the group norm a lot (group_norm.py); ``keep`` is an
+action of every smem cluster, and a kept-in-part cluster is the second seed of long rows (``kept_seed``) and of big
+group norms (``group_norm.kept_seed``). ``tma`` (Note [a chunk fetched by the copy engine] in common.py) is another
+action of a shared-memory cluster: the copy engine fills the chunk.
 
 ``stream`` (cluster, split and pipe) makes the last read of the input and the write of the output streaming accesses
 (ld/st.global.cs), so the output does not evict input that is still to be re-read from L2.
@@ -55,9 +56,9 @@ from ...cards import OperatorCard
 from ...contract import Candidate
 from ...expression import SOFTMAX_OP, n_inputs, parse, result_dtype
 from .common import (FLOAT_DTYPES, ITEMSIZE, MAX_UNROLLED_PACKS, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP,
-                     SMEM_LIMIT, SMS, align_of, best_vec, broadcasts_over_rows, cdiv, chunk_of, clamp, cluster_combine,
-                     consts, filter_actions, knob, launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill,
-                     row_loop, row_offset, rows_aligned, scale_knob, typedefs, vec_ok, walk_head)
+                     SMEM_LIMIT, SMS, TMA_HELPERS, align_of, best_vec, broadcasts_over_rows, cdiv, chunk_of, clamp,
+                     cluster_combine, consts, filter_actions, knob, launch, main_input, make_candidate, output_spec,
+                     pow2_ceil, row_fill, row_loop, row_offset, rows_aligned, scale_knob, typedefs, vec_ok, walk_head)
 from .fused import device_functions, value_lines
 
 OPS = ("aten._softmax.default", "aten._log_softmax.default")
@@ -211,6 +212,9 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     s, vec, block = p.get("strategy"), p.get("vec", 0), p.get("block", 0)
     if s not in STRATEGIES or not _vec_ok(card, vec) or block % 32 or not 32 <= block <= 1024:
         return False
+    if "tma" in p and not (s == "cluster" and p["tma"] is True and p.get("cache") == "smem" and not _fused(card)
+                           and vec * isz == 16):
+        return False  # Note [a chunk fetched by the copy engine]: a cluster's chunk, 16-byte packs of the input as is
     if s == "group":
         tpr = p.get("tpr", 0)
         if tpr not in (1, 2, 4, 8, 16, 32) or p.get("cache") not in ("reg", "none"):
@@ -260,10 +264,13 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
     acts += scale_knob(p, "vec") + scale_knob(p, "block") + scale_knob(p, "tpr") + scale_knob(p, "cs")
     acts += scale_knob(p, "splits") + scale_knob(p, "clusters")
     if p["strategy"] == "cluster":
-        whole = {k: v for k, v in p.items() if k != "keep"}
+        whole = {k: v for k, v in p.items() if k not in ("keep", "tma")}
         acts += [knob(whole, "cache", c) for c in ("reg", "smem", "none") if c != p.get("cache", "reg")]
         if "keep" in p:
             acts.append((f"keep {p['keep']} -> all", whole))
+        if p.get("cache") == "smem":
+            acts.append((f"tma {p.get('tma', False)} -> {not p.get('tma', False)}",
+                         {k: v for k, v in p.items() if k != "tma"} | ({} if p.get("tma") else {"tma": True})))
         if p.get("cache") == "smem":  # Note [a chunk kept in part]: keep half, or half / twice / one more of it
             nit = cdiv(chunk_of(_dims(card)[1], p["cs"], p["vec"]), p["block"] * p["vec"])
             acts += scale_knob(p, "keep") + ([knob(p, "keep", p["keep"] + 1)] if "keep" in p else
@@ -476,7 +483,13 @@ def _cluster_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
         src, sizes = "mixed", {"KEEP": kept}
         keep = _CACHE_DECL["smem"] + row_fill("smem", ld, nit="KEEP")
         stats = _mixed_stats(ld)
-    return _header(card, p, TPR=block, NT=block, CS=cs, CHUNK=chunk, NIT=cdiv(chunk, block * vec), **sizes) + f"""
+    if p.get("tma"):  # Note [a chunk fetched by the copy engine] in common.py
+        n = "min(KEEP * NT * VEC, cend - cbeg)" if kept is not None else "(cend - cbeg)"
+        keep = _CACHE_DECL["smem"] + f"""
+  __shared__ __align__(8) unsigned long long bar;
+  bulk_fill(dsm, xr + cbeg, (unsigned)({n} * sizeof(T)), &bar);"""
+    head = _header(card, p, TPR=block, NT=block, CS=cs, CHUNK=chunk, NIT=cdiv(chunk, block * vec), **sizes)
+    return head + (TMA_HELPERS if p.get("tma") else "") + f"""
 // One cluster of CS blocks per row; block `rank` takes columns [rank * CHUNK, (rank + 1) * CHUNK){" in registers" if cache == "reg" else ""}.
 // The cluster shape sits on a declaration: the contract's kernel pattern wants `void NAME(` on the definition.
 extern "C" __global__ __cluster_dims__(CS, 1, 1) void softmax_cluster({_x_params(card)}, TO* __restrict__ y);
