@@ -153,7 +153,7 @@ extern "C" __global__ __launch_bounds__(NT) void dwconv1d({params}) {{
     grid = (cdiv(l_out, tl), cdiv(c, tc), n)
     vec = p.get("vec", 1)
     desc = f"depthwise conv1d k={k} tile tl={tl} tc={tc} block={block}" + \
-           (" (input channels-fast)" if x.stride[1] == 1 and x.stride[2] != 1 else "") + \
+           (" (input channels-fast)" if _channels_fast(card) else "") + \
            (f" vec={vec}" if vec > 1 else "")
     return make_candidate(source, [launch("dwconv1d", grid, block, args)], desc, p, align_of(vec, [x]))
 
