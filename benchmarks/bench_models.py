@@ -227,7 +227,7 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
         reps = slot_reps(configs, inputs)
         rounds = interleaved_ms(configs, inputs, reps=reps)
         ms = {name: statistics.median(v) for name, v in rounds.items()}
-        gpu_ms = device_ms({"eager": model, "inductor": ind, "kforge_eager": kfe, "kforge_inductor": kfi}, inputs)
+        gpu_ms = device_ms({k: fn for k, fn in configs.items() if k != "inductor_again"}, inputs)
         call_counters = dict(counters["kforge"])  # kernel calls and layout fallbacks while timing
         if profile_dir is not None:
             stem = Path(spec.partition("::")[0]).stem

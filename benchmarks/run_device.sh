@@ -28,6 +28,11 @@ if [ ! -e /tmp/site/.kforge-installed ]; then  # once per machine: stages may th
   touch /tmp/site/.kforge-installed
 fi
 export PYTHONPATH=/tmp/site:$PWD
+pack() {  # everything under $OUT into $OUT/results.tgz (the device tool brings back only a few files), plus $@
+  local keep; keep=$(mktemp -d)
+  tar czf "$keep/results.tgz" -C "$OUT" . && { [ $# -eq 0 ] || cp "$@" "$keep"/ 2>/dev/null; }
+  rm -rf "${OUT:?}"/* && mv "$keep"/* "$OUT"/
+}
 case "$what" in
   setup)  ;;  # only the install above
   tests)  # extra arguments choose test files (default: every GPU-marked test)
@@ -51,8 +56,7 @@ case "$what" in
                 bash "$0" models --models "${B:-resnet50::fp16_b1,sd35_mmdit::bf16_txt333,gemma4::eager_attn}" "$@" ) & p1=$!
             wait $p0 $p1
             python3 benchmarks/bench_models.py --merge "$OUT/g0" "$OUT/g1" --out "$OUT" "$@"
-            keep=$(mktemp -d); tar czf "$keep/results.tgz" -C "$OUT" . && cp "$OUT"/models*.md "$keep"/ 2>/dev/null
-            rm -rf "${OUT:?}"/* && mv "$keep"/* "$OUT"/ && ls "$OUT" ;;
+            pack "$OUT"/models*.md; ls "$OUT" ;;
   pair)     half=$(( $(nproc) / 2 ))
             [ -n "${G0:-}" ] && [ -n "${G1:-}" ] || { echo 'pair needs G0="stage args" and G1="stage args"'; exit 2; }
             ( eval "set -- $G0"; CUDA_VISIBLE_DEVICES=0 OUT=$OUT/g0 KFORGE_CACHE_DIR=/tmp/kp0 T=${T0:-${T:-540}} \
@@ -61,7 +65,7 @@ case "$what" in
                 taskset -c $half-$((2 * half - 1)) bash "$0" "$@" ) > "$OUT/g1.txt" 2>&1 & p1=$!
             wait $p0 $p1
             tail -c 3000 "$OUT/g0.txt" | cut -c1-200; tail -c 5000 "$OUT/g1.txt" | cut -c1-200
-            keep=$(mktemp -d); tar czf "$keep/results.tgz" -C "$OUT" . && rm -rf "${OUT:?}"/* && mv "$keep"/* "$OUT"/ ;;
+            pack ;;
   ops)      timeout ${T:-560} python3 benchmarks/bench_ops.py --out "$OUT" "$@" > "$OUT/ops.log" 2>&1
             grep -aE "eager .* ind " "$OUT/ops.log" | cut -c1-200 ;;
   models)   timeout ${T:-560} python3 benchmarks/bench_models.py --out "$OUT" "$@" > "$OUT/models.log" 2>&1

@@ -6,8 +6,8 @@ Diffusion transformers modulate every norm: SD3.5's MMDiT computes
 the modulation into its layer-norm kernel, so a kforge layer norm alone makes the normalised tensor real and loses
 inside Inductor (on the H200 the gate kept 10 of MMDiT's candidate nodes with Inductor for their fusions, fifth
 session), although Inductor's fused kernels there run at ~25% of the copy bandwidth (23.9 us for [1, 4096, 1536]
-bf16, whose bytes allow 6 us; benchmarks/results/h200/kernels_sd35_mmdit_inductor.txt). This is the softmax's story (Note [a softmax takes its neighbours]) on the other
-side of the reduction.
+bf16, whose bytes allow 6 us; benchmarks/results/h200/kernels_sd35_mmdit_inductor.txt). This is the softmax's
+story (Note [a softmax takes its neighbours]) on the other side of the reduction.
 
 So with ``fuse_norm`` a ``native_layer_norm`` or ``_fused_rms_norm`` whose only used output is the normalised
 tensor is captured with its epilogue: the chain of pointwise ops (expression.OPS) that follows it, each of the

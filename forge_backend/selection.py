@@ -2,8 +2,9 @@
 
 A node is a candidate when its overload belongs to an enabled family. Families ``matmul`` and ``conv`` are off by
 default (cuBLAS and cuDNN are hard to beat); opt in with ``families="matmul,conv"``. One convolution is taken without
-opting in: the 1-D depthwise one (``depthwise_conv1d``), which ATen runs with a generic kernel. Views, metadata and RNG ops are
-never candidates: they are listed in DENIED so that a test pins the decision. Leaf module: imports nothing from kforge.
+opting in: the 1-D depthwise one (``depthwise_conv1d``), which ATen runs with a generic kernel. Views, metadata and
+RNG ops are never candidates: they are listed in DENIED so that a test pins the decision. Leaf module: imports
+nothing from kforge.
 """
 from __future__ import annotations
 

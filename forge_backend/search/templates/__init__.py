@@ -9,11 +9,10 @@ Each family module exposes the same functions over an OperatorCard:
 * ``actions(card, params) -> list[(label, params)]``: one-knob changes, all valid, none equal to ``params``
 * ``generate(card, params) -> Candidate``: device source + launch plan
 
-Dependency direction: proposer -> family modules (softmax, reduce, norm, group_norm, pool, fused, elementwise, conv) ->
-common ->
-contract, cards; fused also takes elementwise's knobs, and softmax and norm (through epilogue) reuse fused's expression
-code for the prologue / epilogue of kforge.softmax / kforge.norm. No module here imports torch._dynamo or the
-runtime.
+Dependency direction: proposer -> family modules (softmax, reduce, norm, group_norm, pool, fused, elementwise, conv)
+-> common -> contract, cards; fused also takes elementwise's knobs, and softmax and norm (through epilogue) reuse
+fused's expression code for the prologue / epilogue of kforge.softmax / kforge.norm. No module here imports
+torch._dynamo or the runtime.
 """
 from __future__ import annotations
 

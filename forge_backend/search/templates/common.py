@@ -470,6 +470,13 @@ def knob(p: dict[str, Any], name: str, value: Any) -> tuple[str, dict[str, Any]]
     return f"{name} {p.get(name)} -> {value}", q
 
 
+def flag_knob(p: dict[str, Any], name: str) -> tuple[str, dict[str, Any]]:
+    """Toggle an optional flag: absent means False, so turning it off drops the key (one params per setting)."""
+    on = bool(p.get(name, False))
+    q = {k: v for k, v in p.items() if k != name} | ({} if on else {name: True})
+    return f"{name} {on} -> {not on}", q
+
+
 def scale_knob(p: dict[str, Any], name: str, factors: tuple[float, ...] = (0.5, 2)) -> list[tuple[str, dict]]:
     if name not in p:
         return []

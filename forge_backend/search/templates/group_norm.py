@@ -46,9 +46,9 @@ from ...cards import OperatorCard
 from ...contract import Candidate
 from .common import (FLOAT_DTYPES, MAX_UNROLLED_PACKS, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, SMEM_LIMIT, SMS,
                      TMA_HELPERS, align_of, best_vec, card_tensors, cdiv, chunk_of, clamp, cluster_combine, consts,
-                     dtype_or, eps_arg, filter_actions, flat_contiguous, input_spec, knob, launch, main_input,
-                     main_itemsize, make_candidate, output_spec, param_ok, plan_params, pow2_ceil, same_layout,
-                     scale_knob, typedefs, vec_ok, walk_head)
+                     dtype_or, eps_arg, filter_actions, flag_knob, flat_contiguous, input_spec, knob, launch,
+                     main_input, main_itemsize, make_candidate, output_spec, param_ok, plan_params, pow2_ceil,
+                     same_layout, scale_knob, typedefs, vec_ok, walk_head)
 
 OPS = ("aten.native_group_norm.default",)
 STRATEGIES = ("sync", "split", "cluster", "pipe")
@@ -132,11 +132,15 @@ def kept_seed(card: OperatorCard) -> dict[str, Any] | None:
         return None
     vec = best_vec(gcd(card.sizes["HxW"], gs), card_tensors(card))
     cs = next((c for c in (2, 4, 8, 16) if chunk_of(gs, c, vec) * isz <= 64 * 1024), 16)
-    ch = chunk_of(gs, cs, vec)
-    block = clamp(pow2_ceil(cdiv(ch, vec * 16)), 128, 1024)
-    p = {"strategy": "cluster", "vec": vec, "block": block, "cs": cs, "cache": "smem",
-         "keep": max(1, cdiv(ch, block * vec) // 2), "stream": True}
+    block = clamp(pow2_ceil(cdiv(chunk_of(gs, cs, vec), vec * 16)), 128, 1024)
+    p = {"strategy": "cluster", "vec": vec, "block": block, "cs": cs, "cache": "smem", "stream": True}
+    p["keep"] = max(1, _packs(card, p) // 2)
     return p if valid(card, p) else None
+
+
+def _packs(card: OperatorCard, p: dict[str, Any]) -> int:
+    """Packs per thread of a cluster block's chunk (NIT)."""
+    return cdiv(chunk_of(card.sizes["group_size"], p["cs"], p["vec"]), p["block"] * p["vec"])
 
 
 def _sync_k(card: OperatorCard, p: dict[str, Any]) -> int:
@@ -204,14 +208,12 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
         caches = ("reg", "smem", "none") if p["strategy"] == "sync" else ("reg", "smem")
         acts += [knob(whole, "cache", c) for c in caches if c != p.get("cache", "reg")]
     if p["strategy"] == "cluster" and p.get("cache") == "smem":  # Note [a chunk kept in part] in softmax.py
-        nit = cdiv(chunk_of(card.sizes["group_size"], p["cs"], p["vec"]), p["block"] * p["vec"])
         if "keep" in p:
-            whole_chunk = {k: v for k, v in p.items() if k != "keep"}
-            acts += scale_knob(p, "keep") + [knob(p, "keep", p["keep"] + 1), (f"keep {p['keep']} -> all", whole_chunk)]
+            acts += scale_knob(p, "keep") + [knob(p, "keep", p["keep"] + 1),
+                                             (f"keep {p['keep']} -> all", {k: v for k, v in p.items() if k != "keep"})]
         else:
-            acts.append(knob(p, "keep", max(1, nit // 2)))
-        acts.append((f"tma {p.get('tma', False)} -> {not p.get('tma', False)}",
-                     {k: v for k, v in p.items() if k != "tma"} | ({} if p.get("tma") else {"tma": True})))
+            acts.append(knob(p, "keep", max(1, _packs(card, p) // 2)))
+        acts.append(flag_knob(p, "tma"))
     return filter_actions(card, p, acts, valid)
 
 

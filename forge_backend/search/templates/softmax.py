@@ -57,8 +57,9 @@ from ...contract import Candidate
 from ...expression import SOFTMAX_OP, n_inputs, parse, result_dtype
 from .common import (FLOAT_DTYPES, ITEMSIZE, MAX_UNROLLED_PACKS, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP,
                      SMEM_LIMIT, SMS, TMA_HELPERS, align_of, best_vec, broadcasts_over_rows, cdiv, chunk_of, clamp,
-                     cluster_combine, consts, filter_actions, knob, launch, main_input, make_candidate, output_spec,
-                     pow2_ceil, row_fill, row_loop, row_offset, rows_aligned, scale_knob, typedefs, vec_ok, walk_head)
+                     cluster_combine, consts, filter_actions, flag_knob, knob, launch, main_input, make_candidate,
+                     output_spec, pow2_ceil, row_fill, row_loop, row_offset, rows_aligned, scale_knob, typedefs, vec_ok,
+                     walk_head)
 from .fused import device_functions, value_lines
 
 OPS = ("aten._softmax.default", "aten._log_softmax.default")
@@ -202,9 +203,13 @@ def kept_seed(card: OperatorCard) -> dict[str, Any] | None:
     p = defaults(card, "cluster")
     if cols * isz < 256 * 1024 or not valid(card, p):
         return None
-    nit = cdiv(chunk_of(cols, p["cs"], p["vec"]), p["block"] * p["vec"])
-    q = {**p, "cache": "smem", "keep": nit // 2}
-    return q if nit >= 2 and valid(card, q) else None
+    q = {**p, "cache": "smem", "keep": _packs(card, p) // 2}
+    return q if valid(card, q) else None
+
+
+def _packs(card: OperatorCard, p: dict[str, Any]) -> int:
+    """Packs per thread of a cluster block's chunk (NIT)."""
+    return cdiv(chunk_of(_dims(card)[1], p["cs"], p["vec"]), p["block"] * p["vec"])
 
 
 def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
@@ -249,9 +254,8 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
             return False
         if "keep" in p:  # Note [a chunk kept in part]: fewer packs than the chunk has, at least one
             keep = p["keep"]
-            packs = cdiv(chunk, block * vec)
-            return cache == "smem" and isinstance(keep, int) and 1 <= keep < packs <= MAX_UNROLLED_PACKS and \
-                keep * block * vec * isz <= SMEM_LIMIT - _CLUSTER_STATIC_SMEM
+            return (cache == "smem" and isinstance(keep, int) and 1 <= keep < _packs(card, p) <= MAX_UNROLLED_PACKS
+                    and keep * block * vec * isz <= SMEM_LIMIT - _CLUSTER_STATIC_SMEM)
         if cache == "smem":
             return _smem_cache_bytes(chunk, block, vec, isz) <= SMEM_LIMIT - _CLUSTER_STATIC_SMEM
         return cache == "none" or _reg_fits(cdiv(chunk, block * vec), vec, isz, block)
@@ -264,17 +268,14 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
     acts += scale_knob(p, "vec") + scale_knob(p, "block") + scale_knob(p, "tpr") + scale_knob(p, "cs")
     acts += scale_knob(p, "splits") + scale_knob(p, "clusters")
     if p["strategy"] == "cluster":
-        whole = {k: v for k, v in p.items() if k not in ("keep", "tma")}
+        whole = {k: v for k, v in p.items() if k not in ("keep", "tma")}  # keep and tma are shared-memory knobs
         acts += [knob(whole, "cache", c) for c in ("reg", "smem", "none") if c != p.get("cache", "reg")]
         if "keep" in p:
-            acts.append((f"keep {p['keep']} -> all", whole))
-        if p.get("cache") == "smem":
-            acts.append((f"tma {p.get('tma', False)} -> {not p.get('tma', False)}",
-                         {k: v for k, v in p.items() if k != "tma"} | ({} if p.get("tma") else {"tma": True})))
-        if p.get("cache") == "smem":  # Note [a chunk kept in part]: keep half, or half / twice / one more of it
-            nit = cdiv(chunk_of(_dims(card)[1], p["cs"], p["vec"]), p["block"] * p["vec"])
+            acts.append((f"keep {p['keep']} -> all", {k: v for k, v in p.items() if k != "keep"}))
+        if p.get("cache") == "smem":  # the copy engine; Note [a chunk kept in part]: half, twice, one more
+            acts.append(flag_knob(p, "tma"))
             acts += scale_knob(p, "keep") + ([knob(p, "keep", p["keep"] + 1)] if "keep" in p else
-                                             [knob(p, "keep", max(1, nit // 2))])
+                                             [knob(p, "keep", max(1, _packs(card, p) // 2))])
     elif "cache" in p:
         for c in ("reg", "smem", "none"):
             if c != p["cache"]:
@@ -352,15 +353,6 @@ def _mixed_stats(ld: str) -> str:
   float2 ms = make_float2(-CUDART_INF_F, 0.f);{row_loop("smem", _ONLINE, ld, nit="KEEP")}{_rest_loop(_ONLINE, ld)}
   ms = group_all<NT, NT>(ms, MaxSum(), red2);
   const float m = ms.x, s = ms.y;"""
-
-
-def _keep(card: OperatorCard, p: dict[str, Any]) -> int | None:
-    """The packs per thread a ``cluster`` block keeps in shared memory when it keeps only part of its chunk
-    (``cache=smem`` with ``keep`` below the chunk's packs per thread), else None. Note [a chunk kept in part]."""
-    if p.get("strategy") != "cluster" or p.get("cache") != "smem" or "keep" not in p:
-        return None
-    nit = cdiv(chunk_of(_dims(card)[1], p["cs"], p["vec"]), p["block"] * p["vec"])
-    return p["keep"] if p["keep"] < nit else None
 
 
 def _ld(card: OperatorCard) -> str:
@@ -475,7 +467,7 @@ def _cluster_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     src = cache if cache != "none" else "global"
     chunk = chunk_of(cols, cs, vec)
     ld = _ld(card)
-    kept = _keep(card, p)
+    kept = p.get("keep")  # valid() allows it only below the chunk's packs (Note [a chunk kept in part])
     keep = _CACHE_DECL[cache] + (row_fill(cache, ld) if cache != "none" else "")  # TPR = NT: one row per block
     stats = _stats(src, cache == "none", ld)
     sizes: dict[str, int] = {}
@@ -621,7 +613,7 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
         src, scratch = _rows_source(card, p, log), None
     elif s == "cluster":
         smem = _smem_cache_bytes(chunk_of(cols, p["cs"], vec), block, vec, isz) if p.get("cache") == "smem" else 0
-        if _keep(card, p) is not None:
+        if "keep" in p:
             smem = p["keep"] * block * vec * isz
         launches = [launch("softmax_cluster", f"rows * {p['cs']}", block, _in_args(card) + ["out:0"], smem)]
         src, scratch = _cluster_source(card, p, log), None
