@@ -276,8 +276,9 @@ def results_stem(check: bool = False, mode: str | None = None) -> str:
     return "models_check" if check else f"models_{mode.replace('-', '_')}" if mode else "models"
 
 
-def merge(dirs: list[Path], out: Path, stem: str = "models") -> None:
-    """One ``stem``.json/.md from the halves of a run split over GPUs (run_device.sh models-split)."""
+def merge(dirs: list[Path], out: Path, stem: str = "models", layout: str | None = None) -> None:
+    """One ``stem``.json/.md from the parts of a run split over GPUs (run_device.sh models-split, models-quiet);
+    ``layout`` says how the parts ran (default: side by side)."""
     import json
 
     parts = [json.loads((d / f"{stem}.json").read_text()) for d in dirs if (d / f"{stem}.json").exists()]
@@ -285,7 +286,7 @@ def merge(dirs: list[Path], out: Path, stem: str = "models") -> None:
         log(f"nothing to merge: no {stem}.json under {', '.join(map(str, dirs))}")
         return
     env = {**parts[0]["environment"], "command": " + ".join(p["environment"]["command"] for p in parts),
-           "split": f"{len(parts)} processes side by side, one GPU and its own CPU cores each"}
+           "split": layout or f"{len(parts)} processes side by side, one GPU and its own CPU cores each"}
     rows = [r for p in parts for r in p["rows"]]
     write_results(out / stem, env, rows, COLUMNS, "kforge end-to-end models (H200)")
     log(f"merged {len(rows)} rows; kernels beating eager, summed over models: "
@@ -306,9 +307,10 @@ def main() -> None:
                                                  "reduce-overhead (Note [torch.compile's mode])")
     ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="DIR",
                     help="only merge the models.json of these directories (one run split over GPUs) into --out")
+    ap.add_argument("--layout", default=None, help="with --merge: how the parts ran, for the results' header")
     args = ap.parse_args()
     if args.merge:
-        merge(args.merge, args.out, results_stem(args.check, args.mode))
+        merge(args.merge, args.out, results_stem(args.check, args.mode), args.layout)
         return
     logging.basicConfig(format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("kforge").setLevel(logging.INFO)  # which kernels were used or left to PyTorch, and why

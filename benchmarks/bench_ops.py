@@ -2,6 +2,7 @@
 
     python benchmarks/bench_ops.py [--rows softmax [--rows "group_norm [1, 128, 1024, 1024]" ...]] [--iterations 50]
         [--quick-iterations 12]
+    python benchmarks/bench_ops.py --merge A=run_a/ops.json B=run_b/ops.json [--note TEXT] --out DIR
 
 Every number comes from this one run: the copy bandwidth is measured here, and eager, Inductor and kforge are timed
 by the same device-event timer (L2 flushed before every repeat; see forge_backend/measure.py). kforge runs through
@@ -151,11 +152,50 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--quick-iterations", type=int, default=12, help="search iterations for the other rows")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "h200")
     ap.add_argument("--cache-dir", type=Path, default=None)
+    ap.add_argument("--merge", nargs="+", default=None, metavar="LABEL=OPS_JSON",
+                    help="only merge these runs' ops.json into --out (no GPU): each row from one run, a later run's "
+                         "row replacing an earlier one's of the same op, shape and dtype")
+    ap.add_argument("--note", default=None, help="with --merge: why the runs were merged, for the table's header")
     return ap
+
+
+def merge(runs: list[tuple[str, Path]], out: Path, note: str | None = None) -> None:
+    """One ops.json/.md from several runs (Note [a table from several runs])."""
+    import json
+
+    parts = [(label, json.loads(path.read_text()), path.name) for label, path in runs]
+    if not parts:
+        raise ValueError("--merge needs at least one LABEL=OPS_JSON")
+    first = parts[0][1]["environment"]
+    env = {k: first[k] for k in ("gpu", "torch", "cuda", "nvrtc") if k in first}
+    rows: dict[tuple, dict] = {}
+    for label, part, name in parts:
+        e = part["environment"]
+        env[f"run {label}"] = f"{e.get('date')}: {e.get('command')} (copy bandwidth {e.get('copy_bandwidth_GBps')} " \
+                              f"GB/s) -> {name}"
+        for r in part["rows"]:
+            rows[(r["op"], tuple(r["shape"]), r["dtype"])] = {**r, "run": label}  # a later run replaces the row
+    notes = ["Every row's eager, Inductor and kforge times come from one run (column `run`); ratios never mix "
+             "runs." + (f" {note}" if note else "")] + _notes(None)
+    write_results(out / "ops", env, list(rows.values()), OPS_COLUMNS + ["run"], "kforge per-operator benchmark (H200)",
+                  notes)
+
+
+# Note [a table from several runs]
+# A session may re-run some rows after a change (a fix, a new root), or split one run over two GPUs. The committed
+# table then takes each row whole from one run: its eager, Inductor and kforge times and its floor (the run's own
+# copy bandwidth), with the run's label in column `run` and every run's command in the header. A row re-run later
+# replaces the earlier one; no ratio ever mixes runs. `--merge` writes that table from the runs' ops.json files.
 
 
 def main() -> None:
     args = build_parser().parse_args()
+    if args.merge:
+        bad = [m for m in args.merge if "=" not in m]
+        if bad:
+            raise SystemExit(f"--merge takes LABEL=OPS_JSON; got {', '.join(bad)}")
+        merge([(m.split("=", 1)[0], Path(m.split("=", 1)[1])) for m in args.merge], args.out, args.note)
+        return
     if not torch.cuda.is_available():
         print("bench_ops needs a CUDA GPU; none is visible here.")
         return
@@ -193,10 +233,13 @@ def main() -> None:
             f"vs Inductor {statistics.median(r['speedup_vs_inductor'] for r in ok):.2f}x over {len(ok)} rows")
 
 
-def _notes(bw: float) -> list[str]:
+def _notes(bw: float | None) -> list[str]:
+    """``bw``: the run's copy bandwidth; None for a table of several runs, each with its own."""
+    per = f"{bw:.0f} GB/s (copy bandwidth measured in this run)" if bw is not None else \
+        "the row's run's copy bandwidth"
     return [f"Timer: CUDA events around one call, median of 30 repeats after 5 warm-ups, a 512 MiB read before "
             f"every repeat flushes the L2 (Note [why flush before each repeat]). floor = (input + output bytes) / "
-            f"{bw:.0f} GB/s (copy bandwidth measured in this run); pct_bw = floor / kforge_us. kforge = "
+            f"{per}; pct_bw = floor / kforge_us. kforge = "
             f"torch.compile(fn, backend=kforge), rest of the graph eager, after a template MCTS search of "
             f"`iterations` iterations (50 for the seed rows)."]
 

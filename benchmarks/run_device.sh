@@ -5,10 +5,14 @@
 #   ops     benchmarks/bench_ops.py    -> ops.json/.md, first_kernels.json/.md
 #   models  benchmarks/bench_models.py -> models.json/.md
 #   models-split  the same on a 2-GPU machine, half the models per GPU (A=, B= choose the halves), merged
+#   models-quiet  2-GPU kind, one call: the GPU-bound models side by side (A= on GPU 0, B= on GPU 1), then the
+#            host-bound ones (Q=) one after another on GPU 0 with the whole host to themselves (a host-bound model
+#            times the host: a neighbour's compile moves it by several percent); TA=, TQ= bound the two phases
 #   session  2-GPU kind, one call: GPU 0 runs the GPU tests (T_TESTS s) then half A of the models, GPU 1 half B;
 #            everything is packed into $OUT/results.tgz beside the merged models.md (the tool returns few files)
 #   pair    2-GPU kind, one call: G0="STAGE ARGS" on GPU 0 and G1="STAGE ARGS" on GPU 1 side by side (each with its
-#           own CPU half, cache and $OUT/g0, $OUT/g1; quotes in ARGS are honoured; T0=, T1= bound each side),
+#           own CPU half, cache and $OUT/g0, $OUT/g1; quotes in ARGS are honoured; "STAGE ARGS + STAGE ARGS" runs
+#           stages one after another on that GPU; T0=, T1= bound each stage of a side),
 #           packed into $OUT/results.tgz. For stages that time device
 #           work only (tests, ops, probe): host-bound model timings want the host to themselves (models-split).
 #   overhead benchmarks/bench_overhead.py -> overhead.json/.md
@@ -46,6 +50,18 @@ case "$what" in
               bash "$0" models --models "${B:-resnet50::fp16_b1,sd35_mmdit::bf16_txt333,gemma4::eager_attn}" "$@" & p1=$!
             wait $p0 $p1
             python3 benchmarks/bench_models.py --merge "$OUT/g0" "$OUT/g1" --out "$OUT" "$@" ;;
+  models-quiet)
+            half=$(( $(nproc) / 2 ))
+            CUDA_VISIBLE_DEVICES=0 OUT=$OUT/g0 KFORGE_CACHE_DIR=/tmp/kc0 T=${TA:-300} taskset -c 0-$((half - 1)) \
+              bash "$0" models --models "${A:-sd35_vae::bf16_1024,gemma4::eager_attn}" "$@" & p0=$!
+            CUDA_VISIBLE_DEVICES=1 OUT=$OUT/g1 KFORGE_CACHE_DIR=/tmp/kc1 T=${TA:-300} taskset -c $half-$((2 * half - 1)) \
+              bash "$0" models --models "${B:-sd35_mmdit::bf16_txt333}" "$@" & p1=$!
+            wait $p0 $p1
+            CUDA_VISIBLE_DEVICES=0 OUT=$OUT/g2 KFORGE_CACHE_DIR=/tmp/kc2 T=${TQ:-280} \
+              bash "$0" models --models "${Q:-qwen35_moe::eager_attn,resnet50::fp16_b1}" "$@"
+            python3 benchmarks/bench_models.py --merge "$OUT/g0" "$OUT/g1" "$OUT/g2" --out "$OUT" "$@" \
+              --layout "GPU-bound models side by side on two GPUs (g0, g1), then host-bound ones alone on GPU 0 (g2)"
+            pack "$OUT"/models*.md ;;
   session)  half=$(( $(nproc) / 2 ))
             ( export CUDA_VISIBLE_DEVICES=0 KFORGE_CACHE_DIR=/tmp/kc0
               OUT=$OUT/tests T=${T_TESTS:-240} taskset -c 0-$((half - 1)) bash "$0" tests | tail -3
@@ -59,10 +75,15 @@ case "$what" in
             pack "$OUT"/models*.md; ls "$OUT" ;;
   pair)     half=$(( $(nproc) / 2 ))
             [ -n "${G0:-}" ] && [ -n "${G1:-}" ] || { echo 'pair needs G0="stage args" and G1="stage args"'; exit 2; }
-            ( eval "set -- $G0"; CUDA_VISIBLE_DEVICES=0 OUT=$OUT/g0 KFORGE_CACHE_DIR=/tmp/kp0 T=${T0:-${T:-540}} \
-                taskset -c 0-$((half - 1)) bash "$0" "$@" ) > "$OUT/g0.txt" 2>&1 & p0=$!
-            ( eval "set -- $G1"; CUDA_VISIBLE_DEVICES=1 OUT=$OUT/g1 KFORGE_CACHE_DIR=/tmp/kp1 T=${T1:-${T:-540}} \
-                taskset -c $half-$((2 * half - 1)) bash "$0" "$@" ) > "$OUT/g1.txt" 2>&1 & p1=$!
+            side() {  # side GPU CPUS SECONDS "STAGE ARGS + STAGE ARGS": the stages one after another on one GPU
+              local gpu=$1 cpus=$2 t=$3 st
+              while IFS= read -r st; do
+                ( eval "set -- $st"; CUDA_VISIBLE_DEVICES=$gpu OUT=$OUT/g$gpu KFORGE_CACHE_DIR=/tmp/kp$gpu T=$t \
+                    taskset -c "$cpus" bash "$0" "$@" )
+              done <<< "${4// + /$'\n'}"
+            }
+            side 0 0-$((half - 1)) "${T0:-${T:-540}}" "$G0" > "$OUT/g0.txt" 2>&1 & p0=$!
+            side 1 $half-$((2 * half - 1)) "${T1:-${T:-540}}" "$G1" > "$OUT/g1.txt" 2>&1 & p1=$!
             wait $p0 $p1
             tail -c 3000 "$OUT/g0.txt" | cut -c1-200; tail -c 5000 "$OUT/g1.txt" | cut -c1-200
             pack ;;
@@ -74,5 +95,6 @@ case "$what" in
             tail -c 6000 "$OUT/probe.log" ;;
   overhead) timeout 120 python3 benchmarks/bench_overhead.py > "$OUT/overhead.log" 2>&1; cat "$OUT/overhead.log"
             cp benchmarks/results/h200/overhead.* "$OUT"/ ;;
-  *) echo "usage: bash benchmarks/run_device.sh setup|tests|ops|models|models-split|session|pair|probe|overhead [args]"; exit 2 ;;
+  *) echo "usage: bash benchmarks/run_device.sh setup|tests|ops|models|models-split|models-quiet|session|pair|probe|overhead [args]"
+     exit 2 ;;
 esac

@@ -27,6 +27,15 @@ def test_merge_keeps_every_row_and_both_commands(tmp_path):
     assert "| resnet50 |" in (tmp_path / "models.md").read_text()
 
 
+def test_merge_says_how_the_parts_ran(tmp_path):
+    """run_device.sh models-quiet runs its parts in two phases; the merged header says so instead of "side by side"."""
+    a = half(tmp_path / "g2", "bench_models.py --models qwen35_moe", [{"model": "qwen35_moe", "eager_ms": 19.6}])
+    bench_models.merge([a], tmp_path / "out", layout="host-bound ones alone on GPU 0")
+    merged = json.loads((tmp_path / "out" / "models.json").read_text())
+    assert merged["environment"]["split"] == "host-bound ones alone on GPU 0"
+    assert "host-bound ones alone on GPU 0" in (tmp_path / "out" / "models.md").read_text()
+
+
 def test_merge_of_nothing_writes_nothing(tmp_path):
     bench_models.merge([tmp_path / "g0"], tmp_path)
     assert not (tmp_path / "models.json").exists()

@@ -424,13 +424,14 @@ def test_a_chunk_fetched_by_the_copy_engine() -> None:
     from forge_backend.search.templates import softmax as sm
 
     card = CARDS["softmax_logits_f32"][0]()
-    p = {**sm.root_params(card), "tma": True}  # the whole-chunk smem cluster
+    assert sm.root_params(card)["vec"] == 2 and not sm.valid(card, {**sm.root_params(card), "tma": True})
+    p = {**sm.root_params(card), "vec": 4, "tma": True}  # the whole-chunk smem cluster, 16-byte packs
     assert sm.valid(card, p) and p["cache"] == "smem"
     src = sm.generate(card, p).source
     assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in src
     assert "bulk_fill(dsm, xr + cbeg, (unsigned)((cend - cbeg) * sizeof(T)), &bar);" in src
     _compile_once(sm.generate(card, p))
-    kept = {**sm.kept_seed(card), "tma": True}
+    kept = {**sm.kept_seed(card), "vec": 4, "keep": 4, "tma": True}
     assert "min(KEEP * NT * VEC, cend - cbeg)" in sm.generate(card, kept).source
     _compile_once(sm.generate(card, kept))
     assert "bulk_fill" not in sm.generate(card, sm.root_params(card)).source
@@ -439,8 +440,9 @@ def test_a_chunk_fetched_by_the_copy_engine() -> None:
     assert not sm.valid(card, {**sm.defaults(card, "split"), "tma": True})  # no chunk in shared memory
     fused = CARDS["softmax_fused_softcap"][0]()
     assert not sm.valid(fused, {**sm.defaults(fused, "cluster"), "cache": "smem", "tma": True})  # a prologue
-    acts = dict(sm.actions(card, sm.root_params(card)))
-    assert acts["tma False -> True"] == p and dict(sm.actions(card, p))["tma True -> False"] == sm.root_params(card)
+    wide = {**sm.root_params(card), "vec": 4}  # one action from the root (vec 2 -> 4)
+    assert dict(sm.actions(card, sm.root_params(card)))["vec 2 -> 4"] == wide
+    assert dict(sm.actions(card, wide))["tma False -> True"] == p and dict(sm.actions(card, p))["tma True -> False"] == wide
     g = CARDS["group_norm_vae_bf16"][0]()
     q = {**gn.kept_seed(g), "tma": True}
     assert gn.valid(g, q) and dict(gn.actions(g, gn.kept_seed(g)))["tma False -> True"] == q
@@ -456,25 +458,43 @@ def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
     from forge_backend.search.templates import conv
 
     card = CARDS["dwconv_qwen_bf16"][0]()
-    plain = {"strategy": "tile", "tl": 64, "tc": 32, "block": 256}
+    plain = {"strategy": "tile", "tl": 64, "tc": 64, "block": 256}
+    window = {"strategy": "window", "tl": 64, "tc": 64, "vec": 8, "r": 8}
     assert conv.matches(card) and conv.root_params(card) == {**plain, "vec": 8}  # 16-byte channel loads
-    assert conv.seeds(card) == [{**plain, "vec": 8}, plain]
-    cand = conv.generate(card, conv.root_params(card))
+    assert conv.seeds(card) == [{**plain, "vec": 8}, window, plain]  # Note [a window of positions in registers]
+    cand = conv.generate(card, {**plain, "vec": 8})
     assert "constexpr int XC_FAST = 1;" in cand.source and "constexpr int YL_FAST = 1;" in cand.source
     assert "ldp<T, 8>(x + n * XS0 + c + l * XS2)" in cand.source and cand.requires_align == 16
     _compile_once(cand)
     assert "ldp<T" not in conv.generate(card, plain).source and conv.generate(card, plain).requires_align == 1
-    assert dict(conv.actions(card, conv.root_params(card)))["vec 8 -> scalar"] == plain
+    assert dict(conv.actions(card, {**plain, "vec": 8}))["vec 8 -> scalar"] == plain
+    # a tile and a window of the same tile and threads are one action apart, both ways
+    assert dict(conv.actions(card, {**plain, "vec": 8}))["strategy tile -> window"] == {**window, "r": 2}
+    assert dict(conv.actions(card, window))["strategy window -> tile"] == {**plain, "block": 64, "vec": 8}
+    assert dict(conv.actions(card, window))["cfirst False -> True"] == {**window, "cfirst": True}
+    first = conv.generate(card, {**window, "cfirst": True})  # Note [channel tiles first]
+    assert "constexpr int CFIRST = 1;" in first.source
+    assert resolve_plan(first, card.sizes, card.floats)[0][0].grid == (8192 // 64, 2051 // 64 + 1, 1)
     assert not conv.valid(card, {**plain, "vec": 16})  # 32 bytes: past a 16-byte load
     assert not conv.valid(card, {**plain, "tc": 8, "vec": 16})
+    assert not conv.valid(card, {k: v for k, v in window.items() if k != "vec"})  # a window loads vectors
+    assert not conv.valid(card, {**window, "r": 16, "tl": 64, "tc": 32})  # 4 x 4 threads: under 64
+    win = conv.generate(card, window)
+    assert "ldp<T, VEC>(x + n * XS0 + cb + l * XS2)" in win.source and win.requires_align == 16
+    assert "constexpr int VEC = 8, R = 8, NVEC = TC / VEC, W = R + K - 1;" in win.source
+    _compile_once(win)
+    launches, _ = resolve_plan(win, card.sizes, card.floats)
+    assert launches[0].grid == (2051 // 64 + 1, 8192 // 64, 1) and launches[0].block == (64, 1, 1)
     odd_c = tc.causal_conv1d(33, 70, k=7, dtype="float16")  # 33 channels: a vector would straddle two rows
-    assert "vec" not in conv.root_params(odd_c) and not conv.valid(odd_c, {**plain, "vec": 2})
+    assert conv.root_params(odd_c) == plain and not conv.valid(odd_c, {**plain, "vec": 2})
+    assert conv.seeds(tc.causal_conv1d(100, 130))[:2] == [{**plain, "vec": 4}, {**window, "vec": 4}]  # 8-byte vectors
     launches, _ = resolve_plan(cand, card.sizes, card.floats)
-    assert launches[0].grid == (2051 // 64 + 1, 8192 // 32, 1)  # L_out = 2048 + 2 * 3 - 4 + 1
+    assert launches[0].grid == (2051 // 64 + 1, 8192 // 64, 1)  # L_out = 2048 + 2 * 3 - 4 + 1
     odd = CARDS["dwconv_odd_f32"][0]()
     src = conv.generate(odd, conv.root_params(odd)).source
     assert "constexpr int XC_FAST = 0;" in src and "to_f(b[c])" in src
     assert not conv.valid(odd, {**plain, "vec": 4})  # positions fast: loads along the position dim stay scalar
+    assert not conv.valid(odd, {**window, "vec": 4})
     strided = tc.causal_conv1d(16, 9, k=2)
     strided.scalars["stride"] = [2]
     assert not conv.matches(strided)

@@ -72,6 +72,7 @@ ODD_CARDS = [
     tc.causal_conv1d(37, 29, k=3, dtype="float32", channels_fast=False, bias=True),
     tc.causal_conv1d(100, 130, k=4, dtype="bfloat16"), tc.causal_conv1d(33, 70, k=7, dtype="float16", bias=True),
     tc.causal_conv1d(96, 37, k=4, dtype="float32", bias=True),  # vec=4 channel loads, a 37-position tail
+    tc.causal_conv1d(34, 70, k=7, dtype="float16", bias=True),  # a window of 2-channel vectors, a 7-tap halo
 ]
 
 

@@ -320,8 +320,12 @@ def row_offset(out: TensorSpec, x: TensorSpec, row: str = "row") -> str:
 # a few threads issue copies of up to 16 KB each, an mbarrier counts the bytes that arrived, and every thread waits
 # on it before reading the chunk. The chunk's layout is the one the pack loops use (pack k of the chunk at byte
 # k * VEC * sizeof(T)), so the rest of the kernel is unchanged. Needs 16-byte packs (every copy's start and size a
-# multiple of 16 bytes) and no prologue: the copy moves the input's bytes as they are. Written after the seventh
-# session's device time was spent: compiled for sm_90, not yet run on a GPU.
+# multiple of 16 bytes) and no prologue: the copy moves the input's bytes as they are.
+# Measured (H200, eighth session, probe_tma_conv_vec.json and probe_conv_window_gn_keep.json; every variant
+# verified): it loses or ties wherever it was tried. Softmax [64, 262144] fp32: best 47.0 us against the root's
+# 44.9; bf16: 26.8 against 27.4; group norm [1,512,256,256] bf16: best 52.2 against 49.7 for the same kept layouts
+# loaded through registers; [1,512,128,128] fp32: 25.2 against 24.7 (seventh session's kept-in-part best). It stays
+# an action: the search can still try it on shapes not probed.
 TMA_HELPERS = r"""
 __device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 // Fill dst[0, bytes) from src with bulk copies of <= 16 KB issued by the first threads, counted on `bar`; every

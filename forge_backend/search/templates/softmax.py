@@ -165,6 +165,10 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
         # against 47.0 us in registers, same run (benchmarks/results/h200/probe_smem_softmax.json); bf16's 32 KB
         # chunks tie (27.1 vs 27.3 us) and stay in registers
         cache = "smem" if 32 * 1024 < chunk * isz <= 64 * 1024 else "reg"
+        if cache == "smem" and isz == 4 and vec == 4:
+            # 8-byte loads into shared memory: [64, 262144] fp32 ran 43.2 us at vec=2 against 44.7 at vec=4 (probe,
+            # eighth session, probe_narrow.json; its ops search found the same, 42.5 against 44.4); vec=1 lost
+            vec = 2
         return {"strategy": "cluster", "vec": vec, "block": block, "cs": cs, "cache": cache, "stream": False}
     if strategy == "pipe":  # 64 KB chunks: 64 KB of prefetch registers and 64 KB of shared memory per block
         cs = next((c for c in (2, 4, 8, 16) if chunk_of(cols, c, vec) * isz <= 64 * 1024), 16)
