@@ -66,7 +66,8 @@ def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device,
         t0 = time.perf_counter()
         got = kf(*inputs)
         search_s = time.perf_counter() - t0
-        torch.testing.assert_close(got.float(), expected.float(), rtol=TOL[row.dtype], atol=TOL[row.dtype])
+        for g, e in zip(*(t if isinstance(t, (list, tuple)) else (t,) for t in (got, expected)), strict=True):
+            torch.testing.assert_close(g.float(), e.float(), rtol=TOL[row.dtype], atol=TOL[row.dtype])
         kforge = timer.time(lambda: kf(*inputs)).median_us
     replaced = [op for r in reports for op, _, _ in r.replaced]
     store = LocalStore(cache_dir)

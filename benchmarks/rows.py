@@ -59,6 +59,16 @@ class Row:
                 scale, shift = e.chunk(2, dim=-1)
                 return F.layer_norm(t, (n,), eps=1e-6) * (1 + scale[:, None]) + shift[:, None]
             return adaln, (x, emb)
+        if self.op == "residual_adaln_layer_norm":  # the same with the residual add before it, returning both
+            n = self.shape[-1]
+            attn = torch.randn(self.shape, generator=g, device=device, dtype=torch.float32).to(self.dtype)
+            emb = torch.randn((self.shape[0], 3 * n), generator=g, device=device, dtype=torch.float32).to(self.dtype)
+
+            def residual_adaln(h, a, e):
+                gate, scale, shift = e.chunk(3, dim=-1)
+                h = h + gate[:, None] * a
+                return F.layer_norm(h, (n,), eps=1e-6) * (1 + scale[:, None]) + shift[:, None], h
+            return residual_adaln, (x, attn, emb)
         if self.op == "causal_conv1d":  # Qwen 3.5's linear attention: [B, L, C] seen as [B, C, L], depthwise, k=4
             c = self.shape[-1]
             w = torch.randn((c, 1, 4), generator=g, device=device, dtype=torch.float32).to(self.dtype)
@@ -90,6 +100,8 @@ def _rows() -> list[Row]:
     rows.append(Row("softcap_softmax", (64, 262144), torch.bfloat16, "Gemma4-E2B sampling, fused"))
     # a layer norm with its modulation (kforge.norm, Note [a norm takes its epilogue])
     rows.append(Row("adaln_layer_norm", (1, 4096, 1536), torch.bfloat16, "SD3.5 MMDiT adaLN, fused"))
+    # and with the residual add before it (Note [a norm takes the residual add before it])
+    rows.append(Row("residual_adaln_layer_norm", (1, 4096, 1536), torch.bfloat16, "SD3.5 MMDiT add + adaLN, fused"))
     # the one convolution taken by default (Note [the one convolution kforge takes by default])
     rows.append(Row("causal_conv1d", (1, 2048, 8192), torch.bfloat16, "Qwen3.5 linear attention"))
     return rows

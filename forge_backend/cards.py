@@ -145,7 +145,8 @@ def reference_call(sig: OpSignature) -> str:
         return aten_text(parse(sig.scalar_args()["expr"]))
     if sig.op == NORM_OP:
         s = sig.scalar_args()
-        return f"x{s['norm_out']} = {reference_call(norm_base(sig))}[0]; {aten_text(parse(s['expr']))}"
+        head = f"input = {aten_text(parse(s['prologue']))} (over p0..pm; also output 1); " if "prologue" in s else ""
+        return f"{head}x{s['norm_out']} = {reference_call(norm_base(sig))}[0]; {aten_text(parse(s['expr']))}"
     if sig.op == SOFTMAX_OP:
         return (f"torch.ops.aten._softmax.default({aten_text(parse(sig.scalar_args()['expr']))}, -1, False)"
                 f".to(torch.{sig.outputs[0].dtype})")
@@ -169,6 +170,9 @@ def build_card(sig: OpSignature, occurrences: int = 1) -> OperatorCard:
         semantics = template.format(**fmt)
     except (KeyError, IndexError):
         semantics = template
+    if sig.op == NORM_OP and "prologue" in scalars:  # Note [a norm takes the residual add before it]
+        semantics = (f"the norm's input is the expression {scalars['prologue']} over inputs p0..pm (which broadcast "
+                     f"to it), computed like a fused pointwise one and also returned as output 1; ") + semantics
     return OperatorCard(
         key=sig.key(),
         op=sig.op,

@@ -159,7 +159,8 @@ def _op_name(card) -> str:
     from .expression import FUSED_OP, NORM_OP, SOFTMAX_OP
 
     if card.op == NORM_OP:
-        return f"{str(card.scalars.get('norm', '?')).removeprefix('aten.')} -> {card.scalars.get('expr', '?')}"
+        head = f"{card.scalars['prologue']} -> " if "prologue" in card.scalars else ""
+        return f"{head}{str(card.scalars.get('norm', '?')).removeprefix('aten.')} -> {card.scalars.get('expr', '?')}"
     if card.op == SOFTMAX_OP:
         return f"softmax({card.scalars.get('expr', '?')})"
     return str(card.scalars.get("expr", card.op)) if card.op == FUSED_OP else card.op.removeprefix("aten.")

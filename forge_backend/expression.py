@@ -245,6 +245,11 @@ def is_input_name(name: str) -> bool:
     return bool(re.fullmatch(r"x(?:0|[1-9]\d*)", name))
 
 
+def is_prologue_name(name: str) -> bool:
+    """``p0``, ``p1``, ...: an input of a norm group's prologue (Note [a norm takes the residual add before it])."""
+    return bool(re.fullmatch(r"p(?:0|[1-9]\d*)", name))
+
+
 def n_inputs(e: Expr) -> int:
     return 1 + max((n.index for n in walk(e) if isinstance(n, Input)), default=-1)
 

@@ -46,6 +46,11 @@ class Group:
     expr: str
     op: str = FUSED_OP  # SOFTMAX_OP: softmax_fusion.py; NORM_OP: norm_fusion.py
     anchor: torch.fx.Node | None = None  # the softmax / norm node the group is built around (None: pointwise)
+    # a member whose value is also used outside the group: the kernel's second output (a norm's prologue, the new
+    # residual: Note [a norm takes the residual add before it] in norm_fusion.py); its outside users follow
+    # ``output`` in graph order
+    side: torch.fx.Node | None = None
+    prologue: str | None = None  # the expression that computes ``side`` (the norm's input) from its inputs
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ replaced node costs more than its kernel's time:
   into its stores (a layer norm with the modulation after it, a softmax with the scale and mask before it). An
   extern node makes those tensors real: each fused neighbour's tensor is written once and read once more.
   ``fused_traffic_bytes`` counts those bytes on the node's real neighbours, looking through views, and they are
-  charged at the kernel's own rate (its time over the bytes it moves).
+  charged at the kernel's own rate (its time over the bytes it moves). A norm group with a prologue is not charged
+  for an input that other nodes read too (the residual stream): Inductor's code writes that tensor anyway.
 
 The single-op time Inductor is measured by (Note [the baseline inside Inductor]) has none of these costs, so a
 kernel replaces a node only when ``kforge_us * (1 + margin) + fused bytes at its rate + HOST_COST_US`` is below
@@ -75,14 +76,22 @@ def fused_traffic_bytes(node: torch.fx.Node, group: Group | None = None) -> int:
     each input made by a pointwise op and each output read by one (a multi-output node's outputs are its
     ``getitem`` users). For a fused group (``node`` its output), the group's inputs are the inputs."""
     total = 0
+    inside = set(group.members) if group is not None else {node}
     for arg in group.inputs if group is not None else node.all_input_nodes:
-        if _is_pointwise(_producer(arg)):
+        if _is_pointwise(_producer(arg)) and not (group is not None and group.side is not None
+                                                  and _read_elsewhere(arg, inside)):
             total += 2 * _nbytes(arg)
     getitems = [u for u in node.users if is_getitem(u)]
     for out in getitems or [node]:
         if _has_pointwise_user(out):
             total += 2 * _nbytes(out)
     return total
+
+
+def _read_elsewhere(arg: torch.fx.Node, inside: set) -> bool:
+    """``arg`` has a user outside ``inside``: Inductor's code writes it for that user whatever this group does (the
+    residual stream a norm's prologue reads: Note [a norm takes the residual add before it] in norm_fusion.py)."""
+    return any(u not in inside for u in arg.users)
 
 
 def inductor_reorders_layout(gm: torch.fx.GraphModule) -> bool:

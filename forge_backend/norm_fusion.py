@@ -17,11 +17,11 @@ inputs; each may broadcast over the leading dims (``scale[:, None]`` is [B, 1, C
 index in the epilogue's expression, the expression, which overload the norm is (``norm``) and which expression
 input is the norm's output (``norm_out``). reference.py runs the norm and then the expression with ATen.
 
-Measured on the H200 (sixth session, benchmarks/results/h200/ops.json, row ``adaln_layer_norm``): [1, 4096, 1536] bf16
-with its modulation in 13.8 us against Inductor's 22.2 us (1.61x) and eager's 51.8 us. Inside a whole MMDiT under
-Inductor the gate still keeps Inductor's kernels (Note [what replacing a node costs inside Inductor]): there Inductor
-also fuses the residual add before the norm, which a kforge kernel would make real. On the eager path the groups
-are replaced. On by default (``fuse_norm``).
+Measured on the H200 (benchmarks/results/h200/ops.json, row ``adaln_layer_norm``): [1, 4096, 1536] bf16 with its
+modulation in 13.8 us against Inductor's 22.5 us (1.64x) and eager's 52.0 us. Inside a whole MMDiT under Inductor
+the gate keeps Inductor's kernels (Note [what replacing a node costs inside Inductor]): there Inductor also fuses
+the residual add before the norm. A group can now take that add too (Note [a norm takes the residual add before
+it], below). On the eager path the groups are replaced. On by default (``fuse_norm``).
 
 Reads the graph only; rewrite.py replaces a group.
 """
@@ -39,13 +39,16 @@ MAX_CHAIN = 16
 
 
 def find_norm_groups(graph: torch.fx.Graph) -> list[Group]:
-    """Every layer/rms norm with a fusable pointwise epilogue, in graph order."""
+    """Every layer/rms norm with a fusable pointwise epilogue, in graph order; a norm whose input is a prologue (Note
+    [a norm takes the residual add before it]) gives two groups, with the prologue first and then without it, so
+    that the group without stays a choice where the one with it has no kernel or loses."""
     groups = []
     for node in graph.nodes:
         if node.op == "call_function" and str(node.target) in NORMS:
-            group = _group_at(node)
-            if group is not None:
-                groups.append(group)
+            for prologue in (True, False):
+                group = _group_at(node, prologue)
+                if group is not None and (group.side is not None or not prologue):
+                    groups.append(group)
     return groups
 
 
@@ -59,11 +62,13 @@ def _normalised(norm: torch.fx.Node) -> torch.fx.Node | None:
     return users[0] if dense_float(users[0].meta.get("val")) else None
 
 
-def _group_at(norm: torch.fx.Node) -> Group | None:
+def _group_at(norm: torch.fx.Node, prologue: bool) -> Group | None:
     y = _normalised(norm)
     if y is None:
         return None
     full = tuple(y.meta["val"].shape)
+    head = _prologue(norm, full) if prologue else None
+    inside = set(head[0]) if head else set()
     chain: list[torch.fx.Node] = []
     cur = y
     while len(cur.users) == 1 and len(chain) < MAX_CHAIN:
@@ -73,7 +78,7 @@ def _group_at(norm: torch.fx.Node) -> Group | None:
         if call is None or not isinstance(val, torch.Tensor) or tuple(val.shape) != full:
             break
         others = [a for a in call.operands if isinstance(a, torch.fx.Node) and a is not cur]
-        if any(a is norm or a is y or a in chain or not row_input(a, full) for a in others):
+        if any(a is norm or a is y or a in chain or a in inside or not row_input(a, full) for a in others):
             break
         chain.append(nxt)
         cur = nxt
@@ -85,10 +90,78 @@ def _group_at(norm: torch.fx.Node) -> Group | None:
     text, ep_inputs = described
     if ep_inputs.count(y) != 1:
         return None
-    base = [a for a in norm.all_input_nodes]
-    extra = [n for n in ep_inputs if n is not y]
     dead = [u for u in norm.users if u is not y]  # unused getitems (mean, rstd) go with the norm
-    return Group(cur, (norm, *dead, y, *chain), tuple(base + extra), text, op=NORM_OP, anchor=norm)
+    if head is not None and not _after(cur, norm, head[1]):
+        head = None
+    if head is None:
+        base = [a for a in norm.all_input_nodes]
+        extra = [n for n in ep_inputs if n is not y]
+        return Group(cur, (norm, *dead, y, *chain), tuple(base + extra), text, op=NORM_OP, anchor=norm)
+    members, side, prologue, p_inputs = head
+    base = [a for a in norm.all_input_nodes if a is not side]
+    extra = [n for n in ep_inputs if n is not y]
+    return Group(cur, (*members, norm, *dead, y, *chain), tuple(p_inputs + base + extra), text, op=NORM_OP,
+                 anchor=norm, side=side, prologue=prologue)
+
+
+# Note [a norm takes the residual add before it]
+# In a transformer block the norm's input is usually the residual stream just updated: SD3.5's MMDiT computes
+# ``h = h + gate[:, None] * attn_out`` and then ``layer_norm(h)`` with its modulation, and ``h`` is used again by the
+# next residual add. Inductor fuses that add into its layer-norm kernel, which writes ``h`` and the modulated norm in
+# one pass (23.9 us at [1, 4096, 1536] bf16 on the H200). A kforge norm group that starts at the norm makes the
+# add a kernel of its own (``h`` written, then read back), so inside Inductor the gate kept Inductor's kernels and
+# MMDiT ran 1.000x on GPU time.
+#
+# So the group also takes its *prologue*: the pointwise ops that compute the norm's input, when that value (the new
+# residual) is used after the group too. The kernel computes the input from the prologue's inputs, writes it once as
+# its second output, and normalises it. The prologue is the closed set of pointwise nodes of the norm's shape behind
+# the input (each one's users all inside it, except the input itself), whose other operands are row inputs as the
+# epilogue's are. Its outside users must come after the group's output in graph order, since the kernel is called
+# there. The signature names its inputs ``p<i>``, carries the expression as ``prologue`` and the new residual as
+# output 1; the norm's own ``input`` argument is gone (it is that output). find_norm_groups offers the group with
+# its prologue first and the group without it second, so a norm whose prologue group has no kernel, or loses, can
+# still take its epilogue.
+#
+# Measured (H200, eighth session, ops.json row ``residual_adaln_layer_norm``, [1, 4096, 1536] bf16, both outputs):
+# 19.1 us against Inductor's 25.3 us (1.32x) and eager's 77.2 us, at 62% of the copy bandwidth, after an 8-iteration
+# search. Inside a whole MMDiT under Inductor the gate still kept Inductor's kernels (none of MMDiT's nodes replaced;
+# GPU time 1.002x, models_session8_mmdit_prologue.json): with the extern call's 5 us of host time and the 3% margin a
+# kernel of ~19 us does not clear ~25 us. It needs to be nearer its floor (11.8 us).
+
+
+def _prologue(norm: torch.fx.Node, full: tuple[int, ...]
+              ) -> tuple[tuple[torch.fx.Node, ...], torch.fx.Node, str, list[torch.fx.Node]] | None:
+    """(members in graph order, the norm's input, the expression, its inputs) of the norm's prologue, or None."""
+    side = norm.args[0] if norm.args and isinstance(norm.args[0], torch.fx.Node) else None
+    if side is None or not dense_float(side.meta.get("val"), full) or node_call(side, broadcast=True) is None:
+        return None
+    if not any(u is not norm for u in side.users):
+        return None  # nothing else reads the new value: left out for now (no second output to write)
+    members = {side}
+    grew = True
+    while grew and len(members) < MAX_CHAIN:
+        grew = False
+        for m in list(members):
+            for a in node_call(m, broadcast=True).operands:
+                if (isinstance(a, torch.fx.Node) and a not in members and dense_float(a.meta.get("val"), full)
+                        and node_call(a, broadcast=True) is not None and all(u in members for u in a.users)):
+                    members.add(a)
+                    grew = True
+    order = {n: i for i, n in enumerate(side.graph.nodes)}
+    ordered = tuple(sorted(members, key=order.__getitem__))
+    described = expression_of(side, ordered, broadcast=True)
+    if described is None:
+        return None
+    text, inputs = described
+    if not all(row_input(a, full) for a in inputs):
+        return None
+    return ordered, side, text, inputs
+
+
+def _after(output: torch.fx.Node, norm: torch.fx.Node, side: torch.fx.Node) -> bool:
+    """Every user of ``side`` but the norm comes after ``output`` in graph order (the kernel is called there)."""
+    order = {n: i for i, n in enumerate(output.graph.nodes)}
+    return all(order[u] > order[output] for u in side.users if u is not norm)
 
 
 def _parts(group: Group) -> tuple[torch.fx.Node, torch.fx.Node, tuple[torch.fx.Node, ...]]:
@@ -98,8 +171,15 @@ def _parts(group: Group) -> tuple[torch.fx.Node, torch.fx.Node, tuple[torch.fx.N
     return norm, group.members[i], group.members[i + 1:]
 
 
+def _head(group: Group) -> tuple[torch.fx.Node, ...]:
+    """The prologue's members (those before the norm; none without a prologue)."""
+    return group.members[:group.members.index(group.anchor)]
+
+
 def norm_group_signature(group: Group, arch: str | None = None) -> OpSignature:
-    """The norm's own arguments, the epilogue's extra inputs ``x<i>``, the expression, ``norm`` and ``norm_out``."""
+    """The norm's own arguments, the epilogue's extra inputs ``x<i>``, the expression, ``norm`` and ``norm_out``.
+    With a prologue (Note [a norm takes the residual add before it]) its inputs ``p<i>`` come first and replace the
+    norm's ``input``, the expression is ``prologue``, and the norm's input is output 1."""
     norm, y, chain = _parts(group)
     base = signature_of(norm, arch)
     _, ep_inputs, _ = describe(group.output, tuple(chain), broadcast=True)
@@ -108,16 +188,29 @@ def norm_group_signature(group: Group, arch: str | None = None) -> OpSignature:
     scalars = (ArgSpec("expr", value=group.expr), ArgSpec("norm", value=str(norm.target)),
                ArgSpec("norm_out", value=k))
     out = TensorSpec.of(group.output.meta["val"])
-    return OpSignature(NORM_OP, base.args + extra + scalars, (out,), (0,), base.arch)
+    if group.side is None:
+        return OpSignature(NORM_OP, base.args + extra + scalars, (out,), (0,), base.arch)
+    _, p_inputs, _ = describe(group.side, _head(group), broadcast=True)
+    head = tuple(ArgSpec(f"p{i}", TensorSpec.of(n.meta["val"])) for i, n in enumerate(p_inputs))
+    own = tuple(a for a in base.args if a.name != "input")
+    return OpSignature(NORM_OP, head + own + extra + scalars + (ArgSpec("prologue", value=group.prologue),),
+                       (out, TensorSpec.of(group.side.meta["val"])), (0, 1), base.arch)
 
 
 def epilogue_inputs(group: Group) -> list[torch.fx.Node]:
-    """The group's tensor inputs as the graph stands now, in the signature's order: the norm's tensor arguments,
-    then the epilogue's extra inputs."""
+    """The group's tensor inputs as the graph stands now, in the signature's order: the prologue's inputs (if any),
+    the norm's tensor arguments (but its input, when a prologue computes it), then the epilogue's extra inputs."""
     from .rewrite import tensor_input_nodes
 
     norm, y, chain = _parts(group)
     root, ep_inputs, _ = describe(group.output, tuple(chain), broadcast=True)
     if to_text(root) != group.expr:
         raise RuntimeError(f"norm group at {group.output.name} changed since capture: {group.expr}")
-    return tensor_input_nodes(norm, signature_of(norm)) + [n for n in ep_inputs if n is not y]
+    own = tensor_input_nodes(norm, signature_of(norm))
+    head: list[torch.fx.Node] = []
+    if group.side is not None:
+        p_root, head, _ = describe(group.side, _head(group), broadcast=True)
+        if to_text(p_root) != group.prologue:
+            raise RuntimeError(f"norm prologue at {group.side.name} changed since capture: {group.prologue}")
+        own = own[1:]  # the input: the kernel computes it
+    return head + own + [n for n in ep_inputs if n is not y]

@@ -8,7 +8,8 @@ directly instead of going through the dispatcher, which saves the custom op's ho
 A pointwise group (fusion.py), a softmax with its neighbours (softmax_fusion.py) or a norm with its epilogue
 (norm_fusion.py) becomes one call on the group's
 external inputs; its result replaces the group's output node, and the other members, whose users were all inside
-the group, are erased last to first.
+the group, are erased last to first. A group's ``side`` member (a norm's prologue: Note [a norm takes the residual
+add before it]) is the call's second output; its users outside the group are re-pointed to it first.
 """
 from __future__ import annotations
 
@@ -85,9 +86,16 @@ def apply(gm: torch.fx.GraphModule, replacements: list[Replacement], direct: boo
                 # only when they are recorded; otherwise it may hand the kernel, say, a channels-last conv output
                 # where the kernel was built for the NCHW strides of its signature.
                 call.meta["eager_input_vals"] = ((r.impl.key, [i.meta.get("val") for i in inputs]), {})
-            call.meta["val"] = _meta_outputs(node, used)
+            side = r.group.side if r.group is not None else None
+            call.meta["val"] = _meta_outputs(node, used) if side is None else [node.meta["val"], side.meta["val"]]
             call.meta["kforge_key"] = r.impl.key
-            if len(sig.outputs) == 1:
+            if side is not None:  # output 1 is the side member's value: its users outside the group read it now
+                for i, old in enumerate((node, side)):
+                    item = graph.call_function(operator.getitem, (call, i))
+                    item.meta["val"] = call.meta["val"][i]
+                    inside = set(r.group.members)
+                    old.replace_all_uses_with(item, delete_user_cb=lambda u: u not in inside)
+            elif len(sig.outputs) == 1:
                 item = graph.call_function(operator.getitem, (call, 0))
                 item.meta["val"] = call.meta["val"][0]
                 node.replace_all_uses_with(item)

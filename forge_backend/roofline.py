@@ -85,7 +85,8 @@ def derived_sizes(sig: OpSignature) -> dict[str, int]:
         out["rows"] = sig.outputs[0].numel // max(out["cols"], 1)
     elif sig.op in ("aten.native_layer_norm.default", "aten._fused_rms_norm.default", NORM_OP):
         out["cols"] = math.prod(s["normalized_shape"])
-        out["rows"] = x.numel // max(out["cols"], 1)
+        # a group's first input may be a prologue's broadcast operand: its output has the norm's shape
+        out["rows"] = (sig.outputs[0] if sig.op == NORM_OP else x).numel // max(out["cols"], 1)
         out["ndims"] = len(s["normalized_shape"])
     elif sig.op == "aten.native_group_norm.default":
         out["G"] = int(s["group"])

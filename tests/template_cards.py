@@ -154,6 +154,23 @@ def norm_fused(expr: str, shape: Sequence[int], extras: Sequence[tuple[Sequence[
     return build_card(OpSignature(NORM_OP, args, (TensorSpec.of(out),), (0,), "sm_90"))
 
 
+def norm_residual(prologue: str, heads: Sequence[tuple[Sequence[int], str]], expr: str,
+                  extras: Sequence[tuple[Sequence[int], str]], shape: Sequence[int], dtype: str = "bfloat16",
+                  norm: str = "layer_norm", weight: bool = False) -> OperatorCard:
+    """A ``kforge.norm`` card with a prologue (Note [a norm takes the residual add before it]): the norm's input is
+    ``prologue`` over inputs ``heads`` (p0..pm) and is output 1; then ``expr`` with x0 the norm's output."""
+    from forge_backend.expression import evaluate, parse
+
+    card = norm_fused(expr, shape, extras, dtype, norm, 0, weight)
+    sig = card.signature_obj()
+    hs = [meta(sh, d) for sh, d in heads]
+    r = evaluate(parse(prologue), hs)
+    assert tuple(r.shape) == tuple(shape), (r.shape, shape)
+    args = tuple(ArgSpec(f"p{i}", TensorSpec.of(h)) for i, h in enumerate(hs)) + \
+        tuple(a for a in sig.args if a.name != "input") + (ArgSpec("prologue", value=prologue),)
+    return build_card(OpSignature(sig.op, args, (sig.outputs[0], TensorSpec.of(r)), (0, 1), "sm_90"))
+
+
 def causal_conv1d(c: int = 96, length: int = 37, k: int = 4, dtype: str = "bfloat16", channels_fast: bool = True,
                   bias: bool = False) -> OperatorCard:
     """Qwen 3.5's causal conv1d: a depthwise convolution (padding k - 1) over a [B, L, C] activation seen as

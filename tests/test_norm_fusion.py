@@ -104,6 +104,9 @@ def test_tiny_mmdit_norms_take_their_modulation(inner):
         got = run(torch.compile(model, backend=make_backend(provider), options={"inner": inner, "fuse_norm": True}))
     torch.testing.assert_close(got, expected, rtol=1e-3 if inner == "inductor" else 1e-4, atol=1e-4)
     assert provider.calls[NORM_OP] >= 2
+    # the residual adds before the norms go with them (Note [a norm takes the residual add before it])
+    heads = [sig.scalar_args().get("prologue") for sig in provider.served.values() if sig.op == NORM_OP]
+    assert any(heads), heads
 
 
 def test_cards_list_the_norm_group_only_when_fuse_norm_is_on(tmp_path, monkeypatch):
@@ -126,3 +129,72 @@ def test_cards_list_the_norm_group_only_when_fuse_norm_is_on(tmp_path, monkeypat
     [group] = [c for c in cards if c.op == NORM_OP]
     assert _op_name(group) == "native_layer_norm.default -> add(mul(x0,x1),x2)"
     assert LAYER_NORM in {c.op for c in cards}
+
+
+# Note [a norm takes the residual add before it]
+def residual_adaln(h, attn, emb, w):
+    """An MMDiT block's second half, shrunk: the residual add, the modulated norm, a linear, the next residual add."""
+    gate, scale, shift = emb.chunk(3, dim=-1)
+    h = h + gate[:, None] * attn
+    y = F.layer_norm(h, (h.shape[-1],), eps=1e-6) * (1 + scale[:, None]) + shift[:, None]
+    return h + y @ w
+
+
+def _residual_inputs(dtype=torch.float32):
+    g = torch.Generator().manual_seed(1)
+    return tuple(torch.randn(*s, generator=g).to(dtype) for s in ((2, 16, 32), (2, 16, 32), (2, 96), (32, 32)))
+
+
+def test_the_residual_add_is_the_norms_prologue():
+    gm = make_fx(residual_adaln)(*_residual_inputs())
+    with_head, without = find_norm_groups(gm.graph)  # the prologue first, then the group without it
+    assert with_head.prologue == "add(x0,mul(x1,x2))" and with_head.side is not None and without.side is None
+    assert with_head.expr == without.expr == "add(mul(x0,x1),x2)" and with_head.output is without.output
+    sig = norm_group_signature(with_head)
+    assert [n for n, _ in sig.tensor_args()] == ["p0", "p1", "p2", "x1", "x2"]
+    assert sig.used_outputs == (0, 1) and [o.shape for o in sig.outputs] == [(2, 16, 32)] * 2
+    assert sig.scalar_args()["prologue"] == "add(x0,mul(x1,x2))"
+    assert [n for n, _ in norm_group_signature(without).tensor_args()] == ["input", "x1", "x2"]
+
+
+def test_reference_runs_the_prologue_then_the_group():
+    h, attn, emb, w = _residual_inputs()
+    gm = make_fx(residual_adaln)(h, attn, emb, w)
+    gate, scale, shift = emb.chunk(3, dim=-1)
+    got = call_aten(norm_group_signature(find_norm_groups(gm.graph)[0]),
+                    [h, gate[:, None], attn, 1 + scale[:, None], shift[:, None]])
+    new_h = h + gate[:, None] * attn
+    want = F.layer_norm(new_h, (32,), eps=1e-6) * (1 + scale[:, None]) + shift[:, None]
+    torch.testing.assert_close(got[0], want, rtol=0, atol=0)
+    torch.testing.assert_close(got[1], new_h, rtol=0, atol=0)
+
+
+def test_no_prologue_when_the_new_residual_is_read_before_the_group_ends():
+    """The kernel is called at the group's output; a reader of the prologue's value before that would read nothing."""
+    def f(h, attn, emb, w):
+        gate, scale, shift = emb.chunk(3, dim=-1)
+        h = h + gate[:, None] * attn
+        early = h * 3.0
+        return F.layer_norm(h, (32,)) * (1 + scale[:, None]) + early
+    gm = make_fx(f)(*_residual_inputs())
+    assert [g.side for g in find_norm_groups(gm.graph)] == [None]
+
+
+def test_no_prologue_when_nothing_else_reads_the_new_value():
+    def f(h, attn, emb, w):
+        gate, scale, shift = emb.chunk(3, dim=-1)
+        return F.layer_norm(h + gate[:, None] * attn, (32,)) * (1 + scale[:, None]) + shift[:, None]
+    gm = make_fx(f)(*_residual_inputs())
+    assert [g.side for g in find_norm_groups(gm.graph)] == [None]
+
+
+@pytest.mark.parametrize("inner", ["eager", "inductor"])
+def test_backend_replaces_the_norm_with_its_prologue_and_matches_eager(inner):
+    args = _residual_inputs()
+    provider, reports = CpuProvider(ops=DEFAULT_OPS + (NORM_OP,)), []
+    got = torch.compile(residual_adaln, backend=make_backend(provider, reports.append),
+                        options={"inner": inner, "fuse_norm": True})(*args)
+    torch.testing.assert_close(got, residual_adaln(*args), rtol=1e-5, atol=1e-5)
+    [(op, key, _)] = [r for rep in reports for r in rep.replaced]
+    assert op == NORM_OP and "prologue" in provider.served[key].scalar_args()  # the group with the residual add
+    assert provider.calls[NORM_OP] == 1 and provider.calls[LAYER_NORM] == 0

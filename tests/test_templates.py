@@ -92,6 +92,14 @@ CARDS = {
         weight=True), "norm"),
     "norm_fused_shift_first": (lambda: tc.norm_fused(
         "add(x0,mul(x1,2.0))", (5, 999), [((999,), "float16")], "float16", norm_out=1, weight=True), "norm"),
+    # with the residual add before it (Note [a norm takes the residual add before it]): MMDiT's, and odd sizes
+    "norm_residual_mmdit_bf16": (lambda: tc.norm_residual(
+        "add(x0,mul(x1,x2))",
+        [((2, 4096, 1536), "bfloat16"), ((2, 1, 1536), "bfloat16"), ((2, 4096, 1536), "bfloat16")],
+        "add(mul(x0,x1),x2)", [((2, 1, 1536), "bfloat16"), ((2, 1, 1536), "bfloat16")], (2, 4096, 1536)), "norm"),
+    "norm_residual_rms_odd": (lambda: tc.norm_residual(
+        "add(x0,x1)", [((5, 999), "float16"), ((5, 999), "float16")], "mul(x0,2.0)", [], (5, 999), "float16",
+        norm="rms_norm", weight=True), "norm"),
     # fused pointwise groups (fusion.py)
     "fused_silu_mul_bf16": (lambda: tc.fused("mul(silu(x0),x0)", [((16384, 4096), "bfloat16")]), "fused"),
     "fused_gelu_add_odd": (lambda: tc.fused("add(gelu(x0),x1)", [((1001, 7), "float32")] * 2), "fused"),
@@ -657,3 +665,39 @@ def test_search_goes_on_after_the_only_seed_fails() -> None:
     kids = rec.children(0)
     assert len(kids) == 5 and kids[0].action == "template root" and all(n.status == "failed" for n in kids)
     assert all(n.action.endswith(" (from root)") for n in kids[1:])
+
+
+def test_a_norm_computes_and_writes_its_prologue() -> None:
+    """Note [a norm takes the residual add before it]: the kernel reads the prologue's inputs, computes the norm's
+    input from them as it loads each pack, and writes it once (output 1): from the row cache, or in the first pass."""
+    from forge_backend.search.templates import norm
+
+    card = CARDS["norm_residual_mmdit_bf16"][0]()
+    assert norm.matches(card) and [t.name for t in card.outputs] == ["out0", "out1"]
+    root = norm.root_params(card)
+    cand = norm.generate(card, root)
+    assert cand.description.startswith("add(x0,mul(x1,x2)), then layer_norm block")
+    assert "in:input" not in cand.launches[0].args and cand.launches[0].args[:5] == (
+        "in:p0", "in:p1", "in:p2", "out:0", "out:1")
+    src = cand.source
+    assert "const XRow xr = x_row(p0, p1, p2, (ok ? row : 0));" in src and "c[i] = ldx<T, VEC>(xr + col);" in src
+    assert src.count("stp<T, VEC>(rr + col, p);") == 1 and "mean_out" not in src and "rstd_out" not in src
+    _compile_once(cand)
+    again = norm.generate(card, {**root, "cache": "none"})  # written in the first of the passes over global memory
+    assert again.source.count("stp<T, VEC>(rr + col, p);") == 1 and "ldx<T, VEC>(xr + col)" in again.source
+    _compile_once(again)
+    rms = CARDS["norm_residual_rms_odd"][0]()
+    assert norm.matches(rms)
+    plain = norm.generate(rms, {**norm.root_params(rms), "cache": "none"})  # RMS: its first pass is the squares
+    # an epilogue with no inputs of its own (x0 * 2.0) is still applied: the eighth session's GPU test caught a
+    # kernel that skipped it (the verifier rejected it: output half the reference)
+    assert "ep(round_to<T>(" in plain.source and plain.description.endswith("then mul(x0,2.0)")
+    _compile_once(plain)
+    from dataclasses import replace
+
+    from forge_backend.cards import build_card
+    from forge_backend.signature import OpSignature
+
+    sig = card.signature_obj()  # an fp32 output 1, where the bf16 prologue rounds to bf16: not this kernel's
+    wrong = (sig.outputs[0], replace(sig.outputs[1], dtype="float32"))
+    assert not norm.matches(build_card(OpSignature(sig.op, sig.args, wrong, (0, 1), sig.arch)))

@@ -68,6 +68,16 @@ ODD_CARDS = [
     tc.norm_fused("mul(x0,sigmoid(x1))", (3, 7, 1000), [((3, 7, 1000), "float32")], "float32", norm="rms_norm",
                   weight=True),
     tc.norm_fused("add(x0,mul(x1,2.0))", (5, 999), [((999,), "float16")], "float16", norm_out=1, weight=True),
+    # with the residual add before it (Note [a norm takes the residual add before it]): a broadcast gate, odd sizes
+    tc.norm_residual("add(x0,mul(x1,x2))", [((3, 7, 1000), "float32"), ((3, 1, 1000), "float32"),
+                                            ((3, 7, 1000), "float32")],
+                     "add(mul(x0,x1),x2)", [((3, 1, 1000), "float32"), ((3, 1, 1000), "float32")], (3, 7, 1000),
+                     "float32"),
+    tc.norm_residual("add(x0,x1)", [((5, 999), "float16"), ((5, 999), "float16")], "mul(x0,2.0)", [], (5, 999),
+                     "float16", norm="rms_norm", weight=True),
+    tc.norm_residual("add(x0,mul(x1,x2))", [((2, 33, 1536), "bfloat16"), ((2, 1, 1536), "bfloat16"),
+                                            ((2, 33, 1536), "bfloat16")],
+                     "add(mul(x0,x1),x2)", [((2, 1, 1536), "bfloat16"), ((2, 1, 1536), "bfloat16")], (2, 33, 1536)),
     # the depthwise conv1d in both layouts, a bias, kernels that do not divide the tiles
     tc.causal_conv1d(37, 29, k=3, dtype="float32", channels_fast=False, bias=True),
     tc.causal_conv1d(100, 130, k=4, dtype="bfloat16"), tc.causal_conv1d(33, 70, k=7, dtype="float16", bias=True),

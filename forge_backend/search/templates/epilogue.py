@@ -1,13 +1,14 @@
-"""The epilogue of a row-norm kernel (``kforge.norm``, norm_fusion.py): which card inputs feed it, whether the
-kernels can index them, and the per-element device function ``ep`` (fused.py's code and rounding).
+"""The epilogue (and prologue) of a row-norm kernel (``kforge.norm``, norm_fusion.py): which card inputs feed it,
+whether the kernels can index them, and the per-element device function ``ep`` (fused.py's code and rounding).
 
 The card's expression numbers its inputs x0..xk; ``norm_out`` is the norm's own output, every other ``x<i>`` is a
-card input of that name. Used by norm.py's row kernels only.
+card input of that name. A card with a ``prologue`` (Note [a norm takes the residual add before it]) computes the
+norm's input from inputs ``p<i>`` and writes it as output 1. Used by norm.py's row kernels only.
 """
 from __future__ import annotations
 
 from ...cards import OperatorCard
-from ...expression import NORM_OP, is_input_name, n_inputs, parse, result_dtype
+from ...expression import NORM_OP, is_input_name, is_prologue_name, n_inputs, parse, result_dtype
 from .common import FLOAT_DTYPES, broadcasts_over_rows, input_spec, main_input, output_spec
 from .fused import device_functions, value_lines
 
@@ -17,6 +18,38 @@ def extras(card: OperatorCard) -> list:
     return [t for t in card.inputs if is_input_name(t.name)] if card.op == NORM_OP else []
 
 
+def has_prologue(card: OperatorCard) -> bool:
+    return card.op == NORM_OP and "prologue" in card.scalars
+
+
+def prologue_inputs(card: OperatorCard) -> list:
+    """A prologue's inputs p0..pm, in card order."""
+    return [t for t in card.inputs if is_prologue_name(t.name)] if has_prologue(card) else []
+
+
+def norm_input(card: OperatorCard):
+    """The spec of the tensor the norm normalises: its input, or the prologue's value (output 1)."""
+    return output_spec(card, 1) if has_prologue(card) else main_input(card)
+
+
+def prologue_ok(card: OperatorCard) -> bool:
+    """No prologue, or one the kernels can compute: it parses, names p0..pm, gives output 1's dtype, which is
+    contiguous and of the output's shape, and every input is a row input of it."""
+    if not has_prologue(card):
+        return True
+    try:
+        root = parse(str(card.scalars["prologue"]))
+    except ValueError:
+        return False
+    ins, r, y = prologue_inputs(card), output_spec(card, 1), output_spec(card, 0)
+    if r is None or [t.name for t in ins] != [f"p{i}" for i in range(n_inputs(root))]:
+        return False
+    dtypes = [t.spec.dtype for t in ins]
+    if any(d not in FLOAT_DTYPES for d in dtypes) or result_dtype(root, dtypes) != r.dtype:
+        return False
+    return r.is_contiguous() and r.shape == y.shape and all(broadcasts_over_rows(t.spec, r) for t in ins)
+
+
 def epilogue_ok(card: OperatorCard) -> bool:
     """The expression parses, names x0..xk with ``norm_out`` the norm's output and the rest the extra inputs, gives
     the output's dtype, and every extra input is dense, last dim the row's at stride 1, broadcasting over rows."""
@@ -24,7 +57,7 @@ def epilogue_ok(card: OperatorCard) -> bool:
         root = parse(str(card.scalars.get("expr", "")))
     except ValueError:
         return False
-    k, x, y = card.scalars.get("norm_out"), main_input(card), output_spec(card, 0)
+    k, x, y = card.scalars.get("norm_out"), norm_input(card), output_spec(card, 0)
     names = {t.name for t in extras(card)}
     if not isinstance(k, int) or names != {f"x{i}" for i in range(n_inputs(root)) if i != k}:
         return False
@@ -40,7 +73,7 @@ def epilogue_function(card: OperatorCard) -> str:
         return ""
     root, k = parse(str(card.scalars["expr"])), int(card.scalars["norm_out"])
     n = n_inputs(root)
-    dtypes = [main_input(card).dtype if i == k else input_spec(card, f"x{i}").dtype for i in range(n)]
+    dtypes = [norm_input(card).dtype if i == k else input_spec(card, f"x{i}").dtype for i in range(n)]
     lines = value_lines(root, dtypes)
     return f"""
 {device_functions(root)}

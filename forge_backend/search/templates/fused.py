@@ -25,8 +25,9 @@ from ...cards import OperatorCard
 from ...contract import Candidate
 from ...expression import FUSED_OP, OPS, Call, Const, Expr, Input, distinct_calls, n_inputs, parse, result_dtype
 from . import elementwise
+from ...signature import TensorSpec
 from .common import (CTYPE, FLOAT_DTYPES, POINTWISE_MATH, PREAMBLE, SMS, align_of, cdiv, consts, float_literal, launch,
-                     make_candidate, output_spec, stream_loop, typedefs)
+                     make_candidate, output_spec, row_offset, stream_loop, typedefs)
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
@@ -155,3 +156,45 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     specs = [t.spec for t in card.inputs] + [output_spec(card, 0)]
     return make_candidate(_source(card, root, p), [launch("fused", grid, p["block"], args)], desc, p,
                           align_of(p["vec"], specs))
+
+
+def row_loader(expr: str, specs: list[TensorSpec], out: TensorSpec, arg: str = "x", typ: str = "T") -> str:
+    """Types and functions of a row kernel's fused prologue ``expr`` over inputs ``specs`` (named ``arg``0.. in the
+    kernel, of types ``typ``0..), which broadcast over the rows of ``out``: XRow (each input at a row), x_row, fx
+    (the expression per element, rounded as this module rounds) and ldx / ldx_cs, which load a pack of every input
+    and return a pack of TT. Used by the softmax (its input) and the row norms (their prologue)."""
+    root = parse(expr)
+    k = len(specs)
+    lines = value_lines(root, [s.dtype for s in specs])
+    ptrs = " ".join(f"const {typ}{i}* p{i};" for i in range(k))
+    plus = ", ".join(f"p{i} + c" for i in range(k))
+    params = ", ".join(f"const {typ}{i}* {arg}{i}" for i in range(k))
+    at_row = ", ".join(f"{arg}{i} + ({row_offset(out, s)})" for i, s in enumerate(specs))
+
+    def loader(name: str, load: str) -> str:
+        packs = " ".join(f"const Pack<{typ}{i}, N> q{i} = {load}<{typ}{i}, N>(a.p{i});" for i in range(k))
+        args = ", ".join(f"to_f(q{i}.v[j])" for i in range(k))
+        return f"""template <typename TT, int N> __device__ __forceinline__ Pack<TT, N> {name}(const XAt& a) {{
+  {packs}
+  Pack<TT, N> r;
+#pragma unroll
+  for (int j = 0; j < N; ++j) r.v[j] = from_f<TT>(fx({args}));
+  return r;
+}}"""
+    return f"""{typedefs(**{f"{typ}{i}": s.dtype for i, s in enumerate(specs)})}
+{device_functions(root)}
+struct XAt {{ {ptrs} }};
+struct XRow {{
+  {ptrs}
+  __device__ __forceinline__ XAt operator+(int c) const {{ return XAt{{{plus}}}; }}
+}};
+__device__ __forceinline__ XRow x_row({params}, long long row) {{ return XRow{{{at_row}}}; }}
+
+// prologue: {expr}
+__device__ __forceinline__ float fx({", ".join(f"float a{i}" for i in range(k))}) {{
+{chr(10).join(lines)}
+  return t{len(lines) - 1};
+}}
+{loader("ldx", "ldp")}
+{loader("ldx_cs", "ldp_cs")}
+"""

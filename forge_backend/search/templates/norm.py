@@ -23,11 +23,12 @@ from typing import Any
 from ...cards import OperatorCard
 from ...contract import Candidate
 from ...expression import NORM_OP
-from .common import (FLOAT_DTYPES, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMS, align_of, best_vec,
+from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMS, align_of, best_vec,
                      card_tensors, cdiv, clamp, consts, dtype_or, eps_arg, filter_actions, flat_contiguous, input_spec,
-                     knob, launch, main_input, main_itemsize, make_candidate, output_spec, param_ok, plan_params,
+                     knob, launch, main_input, make_candidate, output_spec, param_ok, plan_params,
                      pow2_ceil, row_fill, row_loop, row_offset, rows_aligned, same_layout, scale_knob, typedefs, vec_ok)
-from .epilogue import epilogue_function, epilogue_ok, extras
+from .epilogue import epilogue_function, epilogue_ok, extras, norm_input, prologue_inputs, prologue_ok
+from .fused import row_loader
 
 OPS = {"aten.native_layer_norm.default": "layer_norm", "aten._fused_rms_norm.default": "rms_norm",
        "aten._native_batch_norm_legit_no_training.default": "batch_norm"}
@@ -43,14 +44,14 @@ def _kind(card: OperatorCard) -> str:
 def matches(card: OperatorCard) -> bool:
     kind = OPS.get(str(card.scalars.get("norm"))) if card.op == NORM_OP else OPS.get(card.op)
     if kind is None or not card.inputs or (card.op == NORM_OP and (kind not in ("layer_norm", "rms_norm")
-                                                                   or not epilogue_ok(card))):
+                                                                   or not prologue_ok(card) or not epilogue_ok(card))):
         return False
-    x, y = main_input(card), output_spec(card, 0)
+    x, y = norm_input(card), output_spec(card, 0)
     if y is None or x.dtype not in FLOAT_DTYPES or y.dtype not in FLOAT_DTYPES or x.numel == 0:
         return False
     if kind in ("layer_norm", "rms_norm"):
         rows, cols = card.sizes["rows"], card.sizes["cols"]
-        stats = [output_spec(card, i) for i in (1, 2)]
+        stats = [output_spec(card, i) for i in (1, 2)] if card.op != NORM_OP else []  # a group has none
         return (x.is_contiguous() and y.is_contiguous() and param_ok(card, "weight", cols)
                 and param_ok(card, "bias", cols)
                 and all(s is None or (s.numel == rows and flat_contiguous(s) and s.dtype in FLOAT_DTYPES)
@@ -64,7 +65,7 @@ def matches(card: OperatorCard) -> bool:
 
 
 def _rows_aligned(card: OperatorCard, vec: int) -> bool:
-    return rows_aligned(vec, output_spec(card, 0), [t.spec for t in extras(card)])
+    return rows_aligned(vec, output_spec(card, 0), [t.spec for t in extras(card) + prologue_inputs(card)])
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -98,7 +99,8 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
 def root_params(card: OperatorCard) -> dict[str, Any]:
     kind = _kind(card)
     if kind in ("layer_norm", "rms_norm"):
-        order = ("group", "block") if card.sizes["cols"] * main_itemsize(card) <= 2048 else ("block", "group")
+        order = ("group", "block") if card.sizes["cols"] * ITEMSIZE[norm_input(card).dtype] <= 2048 else \
+            ("block", "group")
     else:
         big_planes = _hw(card) >= 1024
         order = ("hoist", "flat") if _channels_last(card) else (("plane", "flat") if big_planes else ("flat",))
@@ -128,7 +130,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     kind, s, vec, block = _kind(card), p.get("strategy"), p.get("vec", 0), p.get("block", 0)
     if s not in STRATEGIES[kind] or block % 32 or not 32 <= block <= 1024:
         return False
-    isz = main_itemsize(card)
+    isz = ITEMSIZE[norm_input(card).dtype]
     if kind in ("layer_norm", "rms_norm"):
         cols = card.sizes["cols"]
         tpr = p.get("tpr", 0) if s == "group" else block
@@ -168,32 +170,42 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
 
 def _row_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     rms = _kind(card) == "rms_norm"
-    x = main_input(card)
+    x = norm_input(card)
     cols, block, vec, cache = card.sizes["cols"], p["block"], p["vec"], p["cache"]
     tpr = p["tpr"] if p["strategy"] == "group" else block
     has = {n: input_spec(card, n) is not None for n in ("weight", "bias")}
     mean_i, rstd_i = (9, 1) if rms else (1, 2)  # rms_norm has no mean output (index 9 never exists)
-    has_mean = output_spec(card, mean_i) is not None
-    has_rstd = output_spec(card, rstd_i) is not None
-    params, args = plan_params(card, [
-        ("in:input", "const T* __restrict__ x", ""), ("in:weight", "const TW* __restrict__ w", "weight"),
-        ("in:bias", "const TB* __restrict__ b", "bias"), ("out:0", "TO* __restrict__ y", ""),
-        (f"out:{mean_i}", "TM* __restrict__ mean_out", f"out{mean_i}"),
-        (f"out:{rstd_i}", "TR* __restrict__ rstd_out", f"out{rstd_i}"),
+    group = card.op == NORM_OP  # a group's outputs are its expression's (and its prologue's), never the statistics
+    has_mean = output_spec(card, mean_i) is not None and not group
+    has_rstd = output_spec(card, rstd_i) is not None and not group
+    head = prologue_inputs(card)  # Note [a norm takes the residual add before it] in norm_fusion.py
+    x_param = [(f"in:{t.name}", f"const TP{t.name[1:]}* __restrict__ {t.name}", "") for t in head] or \
+        [("in:input", "const T* __restrict__ x", "")]
+    params, args = plan_params(card, x_param + [
+        ("in:weight", "const TW* __restrict__ w", "weight"),
+        ("in:bias", "const TB* __restrict__ b", "bias"), ("out:0", "TO* __restrict__ y", "")] + (
+        [("out:1", "T* __restrict__ r", "")] if head else [
+            (f"out:{mean_i}", "TM* __restrict__ mean_out", "" if has_mean else "-"),
+            (f"out:{rstd_i}", "TR* __restrict__ rstd_out", "" if has_rstd else "-")]) + [
         ("i64:rows", "long long rows", ""), (eps_arg(card, RMS_DEFAULT_EPS), "float eps", "")])
     ep_in = extras(card)
     if ep_in:  # the epilogue's inputs, after the norm's own arguments
         params += "".join(f", const TX{t.name[1:]}* __restrict__ {t.name}" for t in ep_in)
         args += [f"in:{t.name}" for t in ep_in]
     src = "reg" if cache == "reg" else "global"
+    ld = "ldx" if head else "ldp"  # a prologue's value, computed from its inputs as each pack is loaded
     sq = "d * d" if not rms else "v * v"
-    body_sum = "\n#pragma unroll\n for (int j = 0; j < VEC; ++j) s += to_f(p.v[j]);"
-    body_sq = f"\n#pragma unroll\n for (int j = 0; j < VEC; ++j) {{ const float v = to_f(p.v[j]), d = v - mean; q += {sq}; }}"
+    # the prologue's value is written once: from the cache, or in the first pass over global memory
+    keep = " stp<T, VEC>(rr + col, p);" if head else ""
+    body_sum = (keep if cache != "reg" else "") + \
+        "\n#pragma unroll\n for (int j = 0; j < VEC; ++j) s += to_f(p.v[j]);"
+    body_sq = (keep if cache != "reg" and rms else "") + \
+        f"\n#pragma unroll\n for (int j = 0; j < VEC; ++j) {{ const float v = to_f(p.v[j]), d = v - mean; q += {sq}; }}"
     wload = ("const Pack<TW, VEC> wp = ldp<TW, VEC>(w + col);" if has["weight"] else "") + \
             ("const Pack<TB, VEC> bp = ldp<TB, VEC>(b + col);" if has["bias"] else "")
     expr = "(to_f(p.v[j]) - mean) * rstd" + (" * to_f(wp.v[j])" if has["weight"] else "") + \
            (" + to_f(bp.v[j])" if has["bias"] else "")
-    if ep_in:  # Note [fused rounding]: the norm's output is stored in T before the epilogue reads it
+    if group:  # Note [fused rounding]: the norm's output is stored in T before the epilogue reads it
         k = int(card.scalars["norm_out"])
         wload += "".join(f"const Pack<TX{i}, VEC> q{i} = ldp<TX{i}, VEC>(er{i} + col);"
                          for i in (t.name[1:] for t in ep_in))
@@ -201,12 +213,19 @@ def _row_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
         expr = f"ep({', '.join(operands)})"
     body_out = f"{wload} PO o;\n#pragma unroll\n for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({expr});\n stp<TO, VEC>(yr + col, o);"
     mean_stats = "const float mean = 0.f;" if rms else \
-        f"float s = 0.f;{row_loop(src, body_sum)}\n  const float mean = group_all<NT, TPR>(s, Sum(), red) * (1.f / COLS);"
+        f"float s = 0.f;{row_loop(src, body_sum, ld)}\n  const float mean = group_all<NT, TPR>(s, Sum(), red) * (1.f / COLS);"
     types = typedefs(T=x.dtype, TO=output_spec(card, 0).dtype, TW=dtype_or(card, "weight", x.dtype),
-                     TB=dtype_or(card, "bias", x.dtype), TM=dtype_or(card, f"out{mean_i}", "float32"),
-                     TR=dtype_or(card, f"out{rstd_i}", "float32"),
+                     TB=dtype_or(card, "bias", x.dtype), TM=dtype_or(card, f"out{mean_i}", "float32") if not group
+                     else "float32", TR=dtype_or(card, f"out{rstd_i}", "float32") if not group else "float32",
                      **{f"TX{t.name[1:]}": t.spec.dtype for t in ep_in}) + epilogue_function(card)
-    setup = ROW_SETUP + "".join(
+    setup = ROW_SETUP
+    if head:
+        types += "\n" + row_loader(str(card.scalars["prologue"]), [t.spec for t in head], x, arg="p", typ="TP")
+        plain = "const T* xr = x + (ok ? row : 0) * (long long)COLS;"
+        assert plain in setup, "ROW_SETUP no longer declares xr as the prologue expects"
+        setup = setup.replace(plain, "const XRow xr = x_row(" + ", ".join(t.name for t in head) +
+                              ", (ok ? row : 0));\n  T* rr = r + row * (long long)COLS;")
+    setup += "".join(
         f"\n  const TX{t.name[1:]}* er{t.name[1:]} = {t.name} + (ok ? {row_offset(output_spec(card, 0), t.spec)} : 0);"
         for t in ep_in)
     source = f"""{PREAMBLE}
@@ -217,16 +236,18 @@ typedef Pack<TO, VEC> PO;
 
 extern "C" __global__ __launch_bounds__(NT) void norm_rows({params}) {{
   __shared__ float red[32];{setup}
-  {"P c[NIT];" + row_fill("reg") if cache == "reg" else ""}
+  {"P c[NIT];" + row_fill("reg", ld) + (row_loop("reg", keep) if head else "") if cache == "reg" else ""}
   {mean_stats}
-  float q = 0.f;{row_loop(src, body_sq)}
-  const float rstd = rsqrtf(group_all<NT, TPR>(q, Sum(), red) * (1.f / COLS) + eps);{row_loop(src, body_out)}
+  float q = 0.f;{row_loop(src, body_sq, ld)}
+  const float rstd = rsqrtf(group_all<NT, TPR>(q, Sum(), red) * (1.f / COLS) + eps);{row_loop(src, body_out, ld)}
   if (ok && lane == 0) {{{" mean_out[row] = from_f<TM>(mean);" if has_mean else ""}{" rstd_out[row] = from_f<TR>(rstd);" if has_rstd else ""} }}
 }}
 """
     rpb = block // tpr
     desc = f"{_kind(card)} {p['strategy']} " + " ".join(f"{k}={v}" for k, v in sorted(p.items()) if k != "strategy")
-    if ep_in:
+    if head:
+        desc = f"{card.scalars['prologue']}, then " + desc
+    if group:
         desc += f" then {card.scalars['expr']}"
     return make_candidate(source, [launch("norm_rows", f"cdiv(rows, {rpb})", block, args)], desc, p,
                           align_of(vec, card_tensors(card)))

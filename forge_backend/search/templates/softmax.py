@@ -58,9 +58,9 @@ from ...expression import SOFTMAX_OP, n_inputs, parse, result_dtype
 from .common import (FLOAT_DTYPES, ITEMSIZE, MAX_UNROLLED_PACKS, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP,
                      SMEM_LIMIT, SMS, TMA_HELPERS, align_of, best_vec, broadcasts_over_rows, cdiv, chunk_of, clamp,
                      cluster_combine, consts, filter_actions, flag_knob, knob, launch, main_input, make_candidate,
-                     output_spec, pow2_ceil, row_fill, row_loop, row_offset, rows_aligned, scale_knob, typedefs, vec_ok,
+                     output_spec, pow2_ceil, row_fill, row_loop, rows_aligned, scale_knob, typedefs, vec_ok,
                      walk_head)
-from .fused import device_functions, value_lines
+from .fused import row_loader
 
 OPS = ("aten._softmax.default", "aten._log_softmax.default")
 STRATEGIES = ("group", "block", "cluster", "split", "pipe")
@@ -382,44 +382,8 @@ def _in_args(card: OperatorCard) -> list[str]:
 
 
 def _fused_loader(card: OperatorCard) -> str:
-    """Types and functions of a fused prologue: XRow (each input at a row), x_row, fx (the expression per element,
-    rounded as fused.py rounds) and ldx / ldx_cs, which load a pack of every input and return a pack of T."""
-    root = parse(str(card.scalars["expr"]))
-    k = len(card.inputs)
-    lines = value_lines(root, [t.spec.dtype for t in card.inputs])
-    ptrs = " ".join(f"const T{i}* p{i};" for i in range(k))
-    plus = ", ".join(f"p{i} + c" for i in range(k))
-    params = ", ".join(f"const T{i}* x{i}" for i in range(k))
-    y = output_spec(card, 0)
-    at_row = ", ".join(f"x{i} + ({row_offset(y, t.spec)})" for i, t in enumerate(card.inputs))
-
-    def loader(name: str, load: str) -> str:
-        packs = " ".join(f"const Pack<T{i}, N> q{i} = {load}<T{i}, N>(a.p{i});" for i in range(k))
-        args = ", ".join(f"to_f(q{i}.v[j])" for i in range(k))
-        return f"""template <typename TT, int N> __device__ __forceinline__ Pack<TT, N> {name}(const XAt& a) {{
-  {packs}
-  Pack<TT, N> r;
-#pragma unroll
-  for (int j = 0; j < N; ++j) r.v[j] = from_f<TT>(fx({args}));
-  return r;
-}}"""
-    return f"""{typedefs(**{f"T{i}": t.spec.dtype for i, t in enumerate(card.inputs)})}
-{device_functions(root)}
-struct XAt {{ {ptrs} }};
-struct XRow {{
-  {ptrs}
-  __device__ __forceinline__ XAt operator+(int c) const {{ return XAt{{{plus}}}; }}
-}};
-__device__ __forceinline__ XRow x_row({params}, long long row) {{ return XRow{{{at_row}}}; }}
-
-// prologue: {card.scalars["expr"]}
-__device__ __forceinline__ float fx({", ".join(f"float a{i}" for i in range(k))}) {{
-{chr(10).join(lines)}
-  return t{len(lines) - 1};
-}}
-{loader("ldx", "ldp")}
-{loader("ldx_cs", "ldp_cs")}
-"""
+    """Types and functions of a fused prologue (fused.row_loader): XRow, x_row, fx and ldx / ldx_cs."""
+    return row_loader(str(card.scalars["expr"]), [t.spec for t in card.inputs], output_spec(card, 0))
 
 
 def _header(card: OperatorCard, p: dict[str, Any], **sizes: int) -> str:
