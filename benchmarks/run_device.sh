@@ -54,8 +54,8 @@ case "$what" in
             half=$(( $(nproc) / 2 ))
             CUDA_VISIBLE_DEVICES=0 OUT=$OUT/g0 KFORGE_CACHE_DIR=/tmp/kc0 T=${TA:-300} taskset -c 0-$((half - 1)) \
               bash "$0" models --models "${A:-sd35_vae::bf16_1024,gemma4::eager_attn}" "$@" & p0=$!
-            CUDA_VISIBLE_DEVICES=1 OUT=$OUT/g1 KFORGE_CACHE_DIR=/tmp/kc1 T=${TA:-300} taskset -c $half-$((2 * half - 1)) \
-              bash "$0" models --models "${B:-sd35_mmdit::bf16_txt333}" "$@" & p1=$!
+            CUDA_VISIBLE_DEVICES=1 OUT=$OUT/g1 KFORGE_CACHE_DIR=/tmp/kc1 T=${TA:-300} \
+              taskset -c $half-$((2 * half - 1)) bash "$0" models --models "${B:-sd35_mmdit::bf16_txt333}" "$@" & p1=$!
             wait $p0 $p1
             CUDA_VISIBLE_DEVICES=0 OUT=$OUT/g2 KFORGE_CACHE_DIR=/tmp/kc2 T=${TQ:-280} \
               bash "$0" models --models "${Q:-qwen35_moe::eager_attn,resnet50::fp16_b1}" "$@"
@@ -95,6 +95,7 @@ case "$what" in
             tail -c 6000 "$OUT/probe.log" ;;
   overhead) timeout 120 python3 benchmarks/bench_overhead.py > "$OUT/overhead.log" 2>&1; cat "$OUT/overhead.log"
             cp benchmarks/results/h200/overhead.* "$OUT"/ ;;
-  *) echo "usage: bash benchmarks/run_device.sh setup|tests|ops|models|models-split|models-quiet|session|pair|probe|overhead [args]"
+  *) echo "usage: bash benchmarks/run_device.sh" \
+       "setup|tests|ops|models|models-split|models-quiet|session|pair|probe|overhead [args]"
      exit 2 ;;
 esac
