@@ -77,6 +77,14 @@ def group_norm_variants(vec: int) -> list[dict[str, Any]]:
     return out
 
 
+def row_norm_variants(vec: int) -> list[dict[str, Any]]:
+    """The row norm's layouts for a long-ish row (a norm group with its residual add at MMDiT's width: Note [a norm
+    takes the residual add before it]; `--only residual`): one row per block, or 1-32 threads per row."""
+    out = list(grid(strategy="block", vec=[vec, vec // 2], block=[64, 128, 256], cache=["reg", "none"]))
+    return out + list(grid(strategy="group", vec=[vec, vec // 2], tpr=[8, 16, 32], block=[64, 128, 256, 512],
+                           cache=["reg", "none"]))
+
+
 def conv_variants() -> list[dict[str, Any]]:
     """The depthwise conv1d's tiles, with and without vector channel loads (Note [vector loads of a channels-fast
     input] in templates/conv.py)."""
@@ -108,6 +116,11 @@ def cases() -> list[tuple[str, OperatorCard, list[dict[str, Any]]]]:
         ("group_norm [1,512,128,128] fp32", tc.group_norm(1, 512, 128, 128, dtype="float32", used=(0,)),
          group_norm_variants(4)),
         ("causal_conv1d [1,8192,2048] bf16", tc.causal_conv1d(8192, 2048), conv_variants()),
+        ("residual adaLN norm [1,4096,1536] bf16", tc.norm_residual(
+            "add(x0,mul(x1,x2))", [((1, 4096, 1536), "bfloat16"), ((1, 1, 1536), "bfloat16"),
+                                   ((1, 4096, 1536), "bfloat16")],
+            "add(mul(x0,x1),x2)", [((1, 1, 1536), "bfloat16"), ((1, 1, 1536), "bfloat16")], (1, 4096, 1536)),
+         row_norm_variants(8)),
     ]
 
 
