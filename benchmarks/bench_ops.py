@@ -39,9 +39,13 @@ def select_rows(rows, patterns) -> list:
     return [row for row in rows if not patterns or any(pat in row.name for pat in patterns)]
 
 
+def _tensors(ts) -> list:
+    """A row's outputs (or inputs) as a list: one tensor or several."""
+    return list(ts) if isinstance(ts, (list, tuple)) else [ts]
+
+
 def _nbytes(ts) -> int:
-    ts = ts if isinstance(ts, (list, tuple)) else [ts]
-    return sum(t.numel() * t.element_size() for t in ts)
+    return sum(t.numel() * t.element_size() for t in _tensors(ts))
 
 
 def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device,
@@ -66,7 +70,7 @@ def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device,
         t0 = time.perf_counter()
         got = kf(*inputs)
         search_s = time.perf_counter() - t0
-        for g, e in zip(*(t if isinstance(t, (list, tuple)) else (t,) for t in (got, expected)), strict=True):
+        for g, e in zip(_tensors(got), _tensors(expected), strict=True):
             torch.testing.assert_close(g.float(), e.float(), rtol=TOL[row.dtype], atol=TOL[row.dtype])
         kforge = timer.time(lambda: kf(*inputs)).median_us
     replaced = [op for r in reports for op, _, _ in r.replaced]
@@ -195,7 +199,7 @@ def main() -> None:
         bad = [m for m in args.merge if "=" not in m]
         if bad:
             raise SystemExit(f"--merge takes LABEL=OPS_JSON; got {', '.join(bad)}")
-        merge([(m.split("=", 1)[0], Path(m.split("=", 1)[1])) for m in args.merge], args.out, args.note)
+        merge([(label, Path(path)) for label, _, path in (m.partition("=") for m in args.merge)], args.out, args.note)
         return
     if not torch.cuda.is_available():
         print("bench_ops needs a CUDA GPU; none is visible here.")

@@ -76,10 +76,11 @@ def fused_traffic_bytes(node: torch.fx.Node, group: Group | None = None) -> int:
     each input made by a pointwise op and each output read by one (a multi-output node's outputs are its
     ``getitem`` users). For a fused group (``node`` its output), the group's inputs are the inputs."""
     total = 0
-    inside = set(group.members) if group is not None else {node}
+    # a group with a prologue already holds the pointwise ops Inductor would fuse: an input others read is written
+    # by Inductor's code too
+    shared = set(group.members) if group is not None and group.side is not None else None
     for arg in group.inputs if group is not None else node.all_input_nodes:
-        if _is_pointwise(_producer(arg)) and not (group is not None and group.side is not None
-                                                  and _read_elsewhere(arg, inside)):
+        if _is_pointwise(_producer(arg)) and not (shared is not None and _read_elsewhere(arg, shared)):
             total += 2 * _nbytes(arg)
     getitems = [u for u in node.users if is_getitem(u)]
     for out in getitems or [node]:

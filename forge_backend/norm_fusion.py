@@ -27,6 +27,8 @@ Reads the graph only; rewrite.py replaces a group.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.fx
 
@@ -45,10 +47,10 @@ def find_norm_groups(graph: torch.fx.Graph) -> list[Group]:
     groups = []
     for node in graph.nodes:
         if node.op == "call_function" and str(node.target) in NORMS:
-            for prologue in (True, False):
-                group = _group_at(node, prologue)
-                if group is not None and (group.side is not None or not prologue):
-                    groups.append(group)
+            group = _group_at(node)
+            if group is not None:
+                with_head = _with_prologue(group)
+                groups += ([with_head] if with_head is not None else []) + [group]
     return groups
 
 
@@ -62,13 +64,11 @@ def _normalised(norm: torch.fx.Node) -> torch.fx.Node | None:
     return users[0] if dense_float(users[0].meta.get("val")) else None
 
 
-def _group_at(norm: torch.fx.Node, prologue: bool) -> Group | None:
+def _group_at(norm: torch.fx.Node) -> Group | None:
     y = _normalised(norm)
     if y is None:
         return None
     full = tuple(y.meta["val"].shape)
-    head = _prologue(norm, full) if prologue else None
-    inside = set(head[0]) if head else set()
     chain: list[torch.fx.Node] = []
     cur = y
     while len(cur.users) == 1 and len(chain) < MAX_CHAIN:
@@ -78,7 +78,7 @@ def _group_at(norm: torch.fx.Node, prologue: bool) -> Group | None:
         if call is None or not isinstance(val, torch.Tensor) or tuple(val.shape) != full:
             break
         others = [a for a in call.operands if isinstance(a, torch.fx.Node) and a is not cur]
-        if any(a is norm or a is y or a in chain or a in inside or not row_input(a, full) for a in others):
+        if any(a is norm or a is y or a in chain or not row_input(a, full) for a in others):
             break
         chain.append(nxt)
         cur = nxt
@@ -90,18 +90,26 @@ def _group_at(norm: torch.fx.Node, prologue: bool) -> Group | None:
     text, ep_inputs = described
     if ep_inputs.count(y) != 1:
         return None
-    dead = [u for u in norm.users if u is not y]  # unused getitems (mean, rstd) go with the norm
-    if head is not None and not _after(cur, norm, head[1]):
-        head = None
-    if head is None:
-        base = [a for a in norm.all_input_nodes]
-        extra = [n for n in ep_inputs if n is not y]
-        return Group(cur, (norm, *dead, y, *chain), tuple(base + extra), text, op=NORM_OP, anchor=norm)
-    members, side, prologue, p_inputs = head
-    base = [a for a in norm.all_input_nodes if a is not side]
+    base = [a for a in norm.all_input_nodes]
     extra = [n for n in ep_inputs if n is not y]
-    return Group(cur, (*members, norm, *dead, y, *chain), tuple(p_inputs + base + extra), text, op=NORM_OP,
-                 anchor=norm, side=side, prologue=prologue)
+    dead = [u for u in norm.users if u is not y]  # unused getitems (mean, rstd) go with the norm
+    return Group(cur, (norm, *dead, y, *chain), tuple(base + extra), text, op=NORM_OP, anchor=norm)
+
+
+def _with_prologue(group: Group) -> Group | None:
+    """``group`` with its norm's prologue in front (Note [a norm takes the residual add before it]), or None: no
+    prologue, its value read before the group's output, or an epilogue that reads one of its members."""
+    norm = group.anchor
+    head = _prologue(norm, tuple(group.output.meta["val"].shape))
+    if head is None:
+        return None
+    members, side, text, p_inputs = head
+    own = norm.all_input_nodes
+    extra = group.inputs[len(own):]
+    if set(members) & set(extra) or not _after(group.output, norm, side):
+        return None
+    return replace(group, members=(*members, *group.members),
+                   inputs=tuple(p_inputs + [a for a in own if a is not side] + list(extra)), side=side, prologue=text)
 
 
 # Note [a norm takes the residual add before it]

@@ -90,10 +90,10 @@ def apply(gm: torch.fx.GraphModule, replacements: list[Replacement], direct: boo
             call.meta["val"] = _meta_outputs(node, used) if side is None else [node.meta["val"], side.meta["val"]]
             call.meta["kforge_key"] = r.impl.key
             if side is not None:  # output 1 is the side member's value: its users outside the group read it now
+                inside = set(r.group.members)
                 for i, old in enumerate((node, side)):
                     item = graph.call_function(operator.getitem, (call, i))
                     item.meta["val"] = call.meta["val"][i]
-                    inside = set(r.group.members)
                     old.replace_all_uses_with(item, delete_user_cb=lambda u: u not in inside)
             elif len(sig.outputs) == 1:
                 item = graph.call_function(operator.getitem, (call, 0))

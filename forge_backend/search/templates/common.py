@@ -358,6 +358,20 @@ __device__ __forceinline__ void bulk_fill(void* dst, const void* src, unsigned b
 MAX_UNROLLED_PACKS = 64
 
 
+def kept_ok(p: dict[str, Any], packs: int, isz: int, smem_budget: int) -> bool:
+    """A cluster's ``keep`` (Note [a chunk kept in part] in softmax.py): a shared-memory chunk, at least one and
+    fewer than its ``packs`` per thread kept, an unrollable loop, and the kept packs within ``smem_budget`` bytes."""
+    keep = p.get("keep")
+    return (p.get("cache") == "smem" and isinstance(keep, int) and 1 <= keep < packs <= MAX_UNROLLED_PACKS
+            and keep * p["block"] * p["vec"] * isz <= smem_budget)
+
+
+def tma_ok(p: dict[str, Any], isz: int) -> bool:
+    """A cluster's ``tma`` (Note [a chunk fetched by the copy engine]): a shared-memory chunk of 16-byte packs."""
+    return p.get("tma") is True and p.get("strategy") == "cluster" and p.get("cache") == "smem" and \
+        p.get("vec", 0) * isz == 16
+
+
 def chunk_of(n: int, parts: int, vec: int) -> int:
     """The length of each of ``parts`` chunks of ``n`` elements, in whole packs of ``vec`` (the last may be shorter)."""
     return cdiv(cdiv(n, parts), vec) * vec

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from ...cards import OperatorCard
 from ...expression import NORM_OP, is_input_name, is_prologue_name, n_inputs, parse, result_dtype
+from ...signature import TensorSpec
 from .common import FLOAT_DTYPES, broadcasts_over_rows, input_spec, main_input, output_spec
-from .fused import device_functions, value_lines
+from .fused import device_functions, row_prologue_dtype, value_lines
 
 
 def extras(card: OperatorCard) -> list:
@@ -27,27 +28,19 @@ def prologue_inputs(card: OperatorCard) -> list:
     return [t for t in card.inputs if is_prologue_name(t.name)] if has_prologue(card) else []
 
 
-def norm_input(card: OperatorCard):
+def norm_input(card: OperatorCard) -> TensorSpec:
     """The spec of the tensor the norm normalises: its input, or the prologue's value (output 1)."""
     return output_spec(card, 1) if has_prologue(card) else main_input(card)
 
 
 def prologue_ok(card: OperatorCard) -> bool:
-    """No prologue, or one the kernels can compute: it parses, names p0..pm, gives output 1's dtype, which is
-    contiguous and of the output's shape, and every input is a row input of it."""
+    """No prologue, or one the kernels can compute (fused.row_prologue_dtype) that gives output 1's dtype, with
+    output 1 contiguous and of the output's shape."""
     if not has_prologue(card):
         return True
-    try:
-        root = parse(str(card.scalars["prologue"]))
-    except ValueError:
-        return False
-    ins, r, y = prologue_inputs(card), output_spec(card, 1), output_spec(card, 0)
-    if r is None or [t.name for t in ins] != [f"p{i}" for i in range(n_inputs(root))]:
-        return False
-    dtypes = [t.spec.dtype for t in ins]
-    if any(d not in FLOAT_DTYPES for d in dtypes) or result_dtype(root, dtypes) != r.dtype:
-        return False
-    return r.is_contiguous() and r.shape == y.shape and all(broadcasts_over_rows(t.spec, r) for t in ins)
+    r, y = output_spec(card, 1), output_spec(card, 0)
+    return r is not None and r.is_contiguous() and r.shape == y.shape and \
+        row_prologue_dtype(str(card.scalars["prologue"]), prologue_inputs(card), "p", r) == r.dtype
 
 
 def epilogue_ok(card: OperatorCard) -> bool:

@@ -24,10 +24,10 @@ from typing import Any
 from ...cards import OperatorCard
 from ...contract import Candidate
 from ...expression import FUSED_OP, OPS, Call, Const, Expr, Input, distinct_calls, n_inputs, parse, result_dtype
-from . import elementwise
 from ...signature import TensorSpec
-from .common import (CTYPE, FLOAT_DTYPES, POINTWISE_MATH, PREAMBLE, SMS, align_of, cdiv, consts, float_literal, launch,
-                     make_candidate, output_spec, row_offset, stream_loop, typedefs)
+from . import elementwise
+from .common import (CTYPE, FLOAT_DTYPES, POINTWISE_MATH, PREAMBLE, SMS, align_of, broadcasts_over_rows, cdiv, consts,
+                     float_literal, launch, make_candidate, output_spec, row_offset, stream_loop, typedefs)
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
@@ -156,6 +156,21 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     specs = [t.spec for t in card.inputs] + [output_spec(card, 0)]
     return make_candidate(_source(card, root, p), [launch("fused", grid, p["block"], args)], desc, p,
                           align_of(p["vec"], specs))
+
+
+def row_prologue_dtype(expr: str, inputs: list, prefix: str, out: TensorSpec) -> str | None:
+    """The dtype of a row kernel's prologue ``expr`` over card inputs ``inputs`` (NamedTensors), or None where the
+    kernels cannot compute it: it does not parse, the inputs are not named ``prefix``0.. in expression order, or one
+    is not a float row input of ``out`` (last dim the row's at stride 1, broadcasting over the leading dims)."""
+    try:
+        root = parse(expr)
+    except ValueError:
+        return None
+    if [t.name for t in inputs] != [f"{prefix}{i}" for i in range(n_inputs(root))]:
+        return None
+    if not all(t.spec.dtype in FLOAT_DTYPES and broadcasts_over_rows(t.spec, out) for t in inputs):
+        return None
+    return result_dtype(root, [t.spec.dtype for t in inputs])
 
 
 def row_loader(expr: str, specs: list[TensorSpec], out: TensorSpec, arg: str = "x", typ: str = "T") -> str:

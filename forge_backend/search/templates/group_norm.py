@@ -44,11 +44,11 @@ from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
-from .common import (FLOAT_DTYPES, MAX_UNROLLED_PACKS, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, SMEM_LIMIT, SMS,
-                     TMA_HELPERS, align_of, best_vec, card_tensors, cdiv, chunk_of, clamp, cluster_combine, consts,
-                     dtype_or, eps_arg, filter_actions, flag_knob, flat_contiguous, input_spec, knob, launch,
-                     main_input, main_itemsize, make_candidate, output_spec, param_ok, plan_params, pow2_ceil,
-                     same_layout, scale_knob, typedefs, vec_ok, walk_head)
+from .common import (FLOAT_DTYPES, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, SMEM_LIMIT, SMS, TMA_HELPERS, align_of,
+                     best_vec, card_tensors, cdiv, chunk_of, clamp, cluster_combine, consts, dtype_or, eps_arg,
+                     filter_actions, flag_knob, flat_contiguous, input_spec, kept_ok, knob, launch, main_input,
+                     main_itemsize, make_candidate, output_spec, param_ok, plan_params, pow2_ceil, same_layout,
+                     scale_knob, tma_ok, typedefs, vec_ok, walk_head)
 
 OPS = ("aten.native_group_norm.default",)
 STRATEGIES = ("sync", "split", "cluster", "pipe")
@@ -154,7 +154,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     if s not in STRATEGIES or block % 32 or not 32 <= block <= 1024:
         return False
     isz = main_itemsize(card)
-    if "tma" in p and not (s == "cluster" and p["tma"] is True and p.get("cache") == "smem" and vec * isz == 16):
+    if "tma" in p and not tma_ok(p, isz):
         return False  # Note [a chunk fetched by the copy engine] in common.py: a cluster's chunk, 16-byte packs
     gs, hw = card.sizes["group_size"], card.sizes["HxW"]
     if not vec_ok(vec, gcd(hw, gs), card_tensors(card)):
@@ -177,11 +177,8 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         in_smem = per_thread * block <= SMEM_LIMIT - _SYNC_STATIC_SMEM
         if s == "pipe":  # the current chunk in shared memory, the next one in registers
             return 1 <= p.get("clusters", 0) <= ng and gs * isz >= 256 * 1024 and in_regs and in_smem
-        if "keep" in p:  # Note [a chunk kept in part] in softmax.py: fewer packs than the chunk has, at least one
-            keep = p["keep"]
-            packs = cdiv(ch, block * vec)
-            return p.get("cache") == "smem" and isinstance(keep, int) and 1 <= keep < packs <= MAX_UNROLLED_PACKS \
-                and keep * block * vec * isz <= SMEM_LIMIT - _SYNC_STATIC_SMEM
+        if "keep" in p:  # Note [a chunk kept in part] in softmax.py
+            return kept_ok(p, cdiv(ch, block * vec), isz, SMEM_LIMIT - _SYNC_STATIC_SMEM)
         return {"reg": in_regs, "smem": in_smem}.get(p.get("cache"), False)
     bpt, cache = p.get("bpt", 0), p.get("cache", "reg")
     if bpt not in (16, 32, 64, 128, 256, 512, 1024) or bpt % (vec * isz) or cache not in ("reg", "smem", "none"):

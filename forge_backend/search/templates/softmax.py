@@ -54,13 +54,12 @@ from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
-from ...expression import SOFTMAX_OP, n_inputs, parse, result_dtype
-from .common import (FLOAT_DTYPES, ITEMSIZE, MAX_UNROLLED_PACKS, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP,
-                     SMEM_LIMIT, SMS, TMA_HELPERS, align_of, best_vec, broadcasts_over_rows, cdiv, chunk_of, clamp,
-                     cluster_combine, consts, filter_actions, flag_knob, knob, launch, main_input, make_candidate,
-                     output_spec, pow2_ceil, row_fill, row_loop, rows_aligned, scale_knob, typedefs, vec_ok,
-                     walk_head)
-from .fused import row_loader
+from ...expression import SOFTMAX_OP, parse, result_dtype
+from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMEM_LIMIT, SMS,
+                     TMA_HELPERS, align_of, best_vec, cdiv, chunk_of, clamp, cluster_combine, consts, filter_actions,
+                     flag_knob, kept_ok, knob, launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill,
+                     row_loop, rows_aligned, scale_knob, tma_ok, typedefs, vec_ok, walk_head)
+from .fused import row_loader, row_prologue_dtype
 
 OPS = ("aten._softmax.default", "aten._log_softmax.default")
 STRATEGIES = ("group", "block", "cluster", "split", "pipe")
@@ -69,18 +68,10 @@ STRATEGIES = ("group", "block", "cluster", "split", "pipe")
 def _fused_matches(card: OperatorCard) -> bool:
     """A ``kforge.softmax`` card the kernels can index: inputs x0..xk whose last dim is the output's at stride 1,
     broadcasting over the leading dims; a contiguous float output."""
-    try:
-        root = parse(str(card.scalars.get("expr", "")))
-    except ValueError:
-        return False
     y = output_spec(card, 0)
     if y is None or y.dtype not in FLOAT_DTYPES or not y.is_contiguous() or y.numel == 0 or not y.shape:
         return False
-    if [t.name for t in card.inputs] != [f"x{i}" for i in range(n_inputs(root))]:
-        return False
-    if not all(t.spec.dtype in FLOAT_DTYPES and broadcasts_over_rows(t.spec, y) for t in card.inputs):
-        return False
-    return result_dtype(root, [t.spec.dtype for t in card.inputs]) in FLOAT_DTYPES
+    return row_prologue_dtype(str(card.scalars.get("expr", "")), card.inputs, "x", y) in FLOAT_DTYPES
 
 
 def _fused(card: OperatorCard) -> bool:
@@ -221,8 +212,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     s, vec, block = p.get("strategy"), p.get("vec", 0), p.get("block", 0)
     if s not in STRATEGIES or not _vec_ok(card, vec) or block % 32 or not 32 <= block <= 1024:
         return False
-    if "tma" in p and not (s == "cluster" and p["tma"] is True and p.get("cache") == "smem" and not _fused(card)
-                           and vec * isz == 16):
+    if "tma" in p and not (tma_ok(p, isz) and not _fused(card)):
         return False  # Note [a chunk fetched by the copy engine]: a cluster's chunk, 16-byte packs of the input as is
     if s == "group":
         tpr = p.get("tpr", 0)
@@ -256,10 +246,8 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         chunk = chunk_of(cols, cs, vec)
         if block > max(128, pow2_ceil(cdiv(chunk, vec))):
             return False
-        if "keep" in p:  # Note [a chunk kept in part]: fewer packs than the chunk has, at least one
-            keep = p["keep"]
-            return (cache == "smem" and isinstance(keep, int) and 1 <= keep < _packs(card, p) <= MAX_UNROLLED_PACKS
-                    and keep * block * vec * isz <= SMEM_LIMIT - _CLUSTER_STATIC_SMEM)
+        if "keep" in p:  # Note [a chunk kept in part]
+            return kept_ok(p, _packs(card, p), isz, SMEM_LIMIT - _CLUSTER_STATIC_SMEM)
         if cache == "smem":
             return _smem_cache_bytes(chunk, block, vec, isz) <= SMEM_LIMIT - _CLUSTER_STATIC_SMEM
         return cache == "none" or _reg_fits(cdiv(chunk, block * vec), vec, isz, block)
@@ -436,16 +424,16 @@ def _cluster_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     chunk = chunk_of(cols, cs, vec)
     ld = _ld(card)
     kept = p.get("keep")  # valid() allows it only below the chunk's packs (Note [a chunk kept in part])
-    keep = _CACHE_DECL[cache] + (row_fill(cache, ld) if cache != "none" else "")  # TPR = NT: one row per block
+    fill = _CACHE_DECL[cache] + (row_fill(cache, ld) if cache != "none" else "")  # TPR = NT: one row per block
     stats = _stats(src, cache == "none", ld)
     sizes: dict[str, int] = {}
     if kept is not None:  # Note [a chunk kept in part]
         src, sizes = "mixed", {"KEEP": kept}
-        keep = _CACHE_DECL["smem"] + row_fill("smem", ld, nit="KEEP")
+        fill = _CACHE_DECL["smem"] + row_fill("smem", ld, nit="KEEP")
         stats = _mixed_stats(ld)
     if p.get("tma"):  # Note [a chunk fetched by the copy engine] in common.py
         n = "min(KEEP * NT * VEC, cend - cbeg)" if kept is not None else "(cend - cbeg)"
-        keep = _CACHE_DECL["smem"] + f"""
+        fill = _CACHE_DECL["smem"] + f"""
   __shared__ __align__(8) unsigned long long bar;
   bulk_fill(dsm, xr + cbeg, (unsigned)({n} * sizeof(T)), &bar);"""
     head = _header(card, p, TPR=block, NT=block, CS=cs, CHUNK=chunk, NIT=cdiv(chunk, block * vec), **sizes)
@@ -464,7 +452,7 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_cluster({_x_params(card
   {_x_row(card, "row")}
   TO* yr = y + row * (long long)COLS;
   const int cbeg = rank * CHUNK, cend = min(cbeg + CHUNK, COLS);
-  {keep}{stats}
+  {fill}{stats}
   if (threadIdx.x == 0) part = make_float2(m, s);
   __cluster_barrier_arrive();
   __cluster_barrier_wait();
