@@ -22,6 +22,7 @@ import template_cards as tc  # noqa: E402
 from forge_backend.cards import OperatorCard  # noqa: E402
 from forge_backend.errors import CandidateFailure  # noqa: E402
 from forge_backend.search.templates import family_for  # noqa: E402
+from forge_backend.search.templates.norm import fit_block  # noqa: E402
 
 
 def grid(**axes: Any) -> Iterator[dict[str, Any]]:
@@ -77,10 +78,13 @@ def group_norm_variants(vec: int) -> list[dict[str, Any]]:
     return out
 
 
-def row_norm_variants(vec: int) -> list[dict[str, Any]]:
+def row_norm_variants(vec: int, cols: int) -> list[dict[str, Any]]:
     """The row norm's layouts for a long-ish row (a norm group with its residual add at MMDiT's width: Note [a norm
-    takes the residual add before it]; `--only residual`): one row per block, or 1-32 threads per row."""
+    takes the residual add before it]; `--only residual`): one row per block, or 1-32 threads per row. The blocks
+    include the ones that fit the row in one pass (Note [a block that fits the row]; `--strategy fit`)."""
     out = list(grid(strategy="block", vec=[vec, vec // 2], block=[64, 128, 256], cache=["reg", "none"]))
+    out += [{"strategy": "block", "vec": v, "block": fit_block(cols, v), "cache": c, "fit": True}
+            for v in (vec, vec // 2) for c in ("reg", "none")]
     return out + list(grid(strategy="group", vec=[vec, vec // 2], tpr=[8, 16, 32], block=[64, 128, 256, 512],
                            cache=["reg", "none"]))
 
@@ -93,8 +97,24 @@ def conv_variants() -> list[dict[str, Any]]:
     # Note [a window of positions in registers] (`--strategy window`)
     out += list(grid(strategy="window", tl=[32, 64, 128], tc=[32, 64, 128], vec=[4, 8], r=[2, 4, 8, 16]))
     # Note [channel tiles first] (`--strategy cfirst`)
-    return out + list(grid(strategy="tile", tl=[64, 128], tc=[32, 64], block=[128, 256], vec=8, cfirst=True)) + \
+    out += list(grid(strategy="tile", tl=[64, 128], tc=[32, 64], block=[128, 256], vec=8, cfirst=True)) + \
         list(grid(strategy="window", tl=[64, 128], tc=[32, 64], vec=[4, 8], r=[4, 8], cfirst=True))
+    # Note [a warp per output row] (`--strategy rows`)
+    out += list(grid(strategy="rows", tl=[64, 128, 256], tc=[32, 64, 128], block=[128, 256, 512], vec=[8, 4]))
+    # Note [the next tile's loads in flight] (`--strategy rows`)
+    return out + list(grid(strategy="rows", tl=[64, 128, 256], tc=[32, 64], block=[128, 256, 512], vec=8,
+                           steps=[2, 4, 8]))
+
+
+def two_wave_variants() -> list[dict[str, Any]]:
+    """[64, 262144] fp32 clusters of 16 blocks of 256 threads keeping 5/8 to 15/16 of their 64 KB chunk: four blocks
+    per SM fit (the whole chunk allows three, and 21 clusters in flight: 64 rows take three waves and one row, per
+    Nsight Compute in the ninth session), so 32 clusters, two waves of rows, may be in flight
+    (`--only "two waves"`)."""
+    return list(grid(strategy="cluster", vec=2, block=256, cs=16, cache="smem", keep=[20, 24, 28, 30],
+                     stream=[False, True])) + \
+        list(grid(strategy="cluster", vec=4, block=256, cs=16, cache="smem", keep=[10, 12, 14, 15],
+                  stream=[False, True]))
 
 
 def cases() -> list[tuple[str, OperatorCard, list[dict[str, Any]]]]:
@@ -102,6 +122,10 @@ def cases() -> list[tuple[str, OperatorCard, list[dict[str, Any]]]]:
         ("softmax [64,262144] fp32", tc.softmax((64, 262144), "float32"), softmax_variants(4)),
         ("softmax [64,262144] bf16", tc.softmax((64, 262144), "bfloat16"), softmax_variants(8)),
         ("softmax [64,262144] fp32 narrow", tc.softmax((64, 262144), "float32"), narrow_variants([1, 2])),
+        ("softmax [64,262144] fp32 two waves", tc.softmax((64, 262144), "float32"), two_wave_variants()),
+        ("softcap softmax [64,262144] bf16", tc.softmax_fused("to_float32(mul(tanh(div(x0,30.0)),30.0))",
+                                                              [((64, 262144), "bfloat16")]),
+         list(grid(strategy="cluster", vec=[4, 8], block=[256, 512], cs=16, cache="smem", stream=[False, True]))),
         ("softmax [64,262144] bf16 narrow", tc.softmax((64, 262144), "bfloat16"), narrow_variants([2, 4])),
         ("group_norm [1,512,256,256] bf16", tc.group_norm(1, 512, 256, 256, dtype="bfloat16", used=(0,)),
          group_norm_variants(8)),
@@ -124,7 +148,10 @@ def cases() -> list[tuple[str, OperatorCard, list[dict[str, Any]]]]:
             "add(x0,mul(x1,x2))", [((1, 4096, 1536), "bfloat16"), ((1, 1, 1536), "bfloat16"),
                                    ((1, 4096, 1536), "bfloat16")],
             "add(mul(x0,x1),x2)", [((1, 1, 1536), "bfloat16"), ((1, 1, 1536), "bfloat16")], (1, 4096, 1536)),
-         row_norm_variants(8)),
+         row_norm_variants(8, 1536)),
+        ("adaLN norm [1,4096,1536] bf16", tc.norm_fused(
+            "add(mul(x0,x1),x2)", (1, 4096, 1536), [((1, 1, 1536), "bfloat16"), ((1, 1, 1536), "bfloat16")]),
+         row_norm_variants(8, 1536)),
     ]
 
 
@@ -132,7 +159,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="", help="only cases whose name contains one of these (comma separated)")
     ap.add_argument("--strategy", default="", help="only variants of these strategies (comma separated; `keep`: "
-                                                    "the chunks kept in part, `tma`: filled by the copy engine)")
+                                                    "the chunks kept in part, `tma`: filled by the copy engine, "
+                                                    "`fit`: row norm blocks that fit the row)")
+    ap.add_argument("--params", action="append", default=[], metavar="K=V,K=V",
+                    help="time these variants (and the root) instead of the case's grid (repeat for several)")
     ap.add_argument("--out", type=Path, default=None, help="write probe.json here")
     ap.add_argument("--flush-only", action="store_true",
                     help="only time eager with a read and a write L2 flush (Note [why flush before each repeat])")
@@ -172,7 +202,9 @@ def main() -> None:
             keep = set(filter(None, args.strategy.split(",")))
             # the template's own root first, so every filtered probe has the search's starting point to compare with
             chosen = [v for v in variants if not keep or v["strategy"] in keep
-                      or any(flag in keep and flag in v for flag in ("keep", "tma", "cfirst"))]
+                      or any(flag in keep and flag in v for flag in ("keep", "tma", "cfirst", "fit"))]
+            if args.params:
+                chosen = [parse_params(text) for text in args.params]
             for p in [fam.root_params(card)] + chosen:
                 if not fam.valid(card, p):
                     print(f"   invalid {p}")
@@ -199,6 +231,19 @@ def main() -> None:
     finally:
         client.close()
         save(args.out, results)
+
+
+def parse_params(text: str) -> dict[str, Any]:
+    """``{"vec": 4, ...}`` or ``strategy=block,vec=4,cache=reg`` (integers and true/false read as such)."""
+    if text.lstrip().startswith("{"):
+        return json.loads(text)
+    out: dict[str, Any] = {}
+    for item in filter(None, text.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--params: {item!r} is not key=value")
+        out[key.strip()] = json.loads(value) if value in ("true", "false") or value.lstrip("-").isdigit() else value
+    return out
 
 
 def save(out: Path | None, results: list[dict[str, Any]]) -> None:

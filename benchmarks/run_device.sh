@@ -17,6 +17,8 @@
 #           work only (tests, ops, probe): host-bound model timings want the host to themselves (models-split).
 #   overhead benchmarks/bench_overhead.py -> overhead.json/.md
 #   probe   benchmarks/probe_variants.py  -> probe.json (template variants timed without a search)
+#   ncu     CASE [k=v,k=v]: Nsight Compute on one probe variant (benchmarks/profile_variant.py) -> ncu_<case>.txt
+#           (sections), .sass.csv (stall samples per SASS instruction), .ncu-rep
 # Extra arguments go to the benchmark; T=SECONDS bounds the stage (default 540) so stages can share one call. Results and logs are written under $OUT, which the device tool brings back;
 # copy them into benchmarks/results/h200/ and commit them. Each stage fits one 10-minute call.
 # On a 2-GPU machine two stages can share a call: run `setup` first, then each stage with its own
@@ -93,9 +95,24 @@ case "$what" in
             grep -aE "^[a-z0-9_]+(::[a-z0-9_]+)?: " "$OUT/models.log" | cut -c1-700 ;;
   probe)    timeout ${T:-300} python3 benchmarks/probe_variants.py --out "$OUT" "$@" > "$OUT/probe.log" 2>&1
             tail -c 6000 "$OUT/probe.log" ;;
+  ncu)      # ncu CASE [k=v,k=v]: Nsight Compute's full set of sections on one variant of a probe case (the root by
+            # default) -> $OUT/ncu_<case>.txt; the clocks are left alone, as METHOD.md asks
+            [ $# -ge 1 ] || { echo 'ncu needs a probe case (and optionally k=v,k=v parameters)'; exit 2; }
+            prof=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
+            slug=$(printf '%s_%s' "$1" "${2:-root}" | tr -c 'A-Za-z0-9' '_' | cut -c1-90)
+            timeout ${T:-300} "$prof" --clock-control none --profile-from-start off --set full --import-source yes \
+              --export "$OUT/ncu_$slug" --force-overwrite \
+              python3 benchmarks/profile_variant.py --case "$1" ${2:+--params "$2"} > "$OUT/ncu_$slug.log" 2>&1
+            "$prof" --import "$OUT/ncu_$slug.ncu-rep" --page details > "$OUT/ncu_$slug.txt" 2>&1
+            cat "$OUT/ncu_$slug.log" >> "$OUT/ncu_$slug.txt"
+            # per SASS instruction: executed count and the warp-stall samples, for where the time goes
+            "$prof" --import "$OUT/ncu_$slug.ncu-rep" --page source --print-source sass --csv \
+              > "$OUT/ncu_$slug.sass.csv" 2>&1
+            grep -aE "profiled|Duration|DRAM Throughput|Memory Throughput|L2 Hit|Achieved Occupancy|Registers Per|Block Limit|Warp Cycles Per Issued|No kernels|rror" \
+              "$OUT/ncu_$slug.txt" | head -40 ;;
   overhead) timeout 120 python3 benchmarks/bench_overhead.py > "$OUT/overhead.log" 2>&1; cat "$OUT/overhead.log"
             cp benchmarks/results/h200/overhead.* "$OUT"/ ;;
   *) echo "usage: bash benchmarks/run_device.sh" \
-       "setup|tests|ops|models|models-split|models-quiet|session|pair|probe|overhead [args]"
+       "setup|tests|ops|models|models-split|models-quiet|session|pair|probe|ncu|overhead [args]"
      exit 2 ;;
 esac

@@ -469,8 +469,9 @@ def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
     card = CARDS["dwconv_qwen_bf16"][0]()
     plain = {"strategy": "tile", "tl": 64, "tc": 64, "block": 256}
     window = {"strategy": "window", "tl": 64, "tc": 64, "vec": 8, "r": 8}
-    assert conv.matches(card) and conv.root_params(card) == {**plain, "vec": 8}  # 16-byte channel loads
-    assert conv.seeds(card) == [{**plain, "vec": 8}, window, plain]  # Note [a window of positions in registers]
+    rows = {"strategy": "rows", "tl": 128, "tc": 32, "block": 256, "vec": 8}  # Note [a warp per output row]
+    assert conv.matches(card) and conv.root_params(card) == rows  # 16-byte channel loads, rows of output positions
+    assert conv.seeds(card) == [rows, {**plain, "vec": 8}, window, plain]  # Note [a window of positions in registers]
     cand = conv.generate(card, {**plain, "vec": 8})
     assert "constexpr int XC_FAST = 1;" in cand.source and "constexpr int YL_FAST = 1;" in cand.source
     assert "ldp<T, 8>(x + n * XS0 + c + l * XS2)" in cand.source and cand.requires_align == 16
@@ -496,7 +497,8 @@ def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
     assert launches[0].grid == (2051 // 64 + 1, 8192 // 64, 1) and launches[0].block == (64, 1, 1)
     odd_c = tc.causal_conv1d(33, 70, k=7, dtype="float16")  # 33 channels: a vector would straddle two rows
     assert conv.root_params(odd_c) == plain and not conv.valid(odd_c, {**plain, "vec": 2})
-    assert conv.seeds(tc.causal_conv1d(100, 130))[:2] == [{**plain, "vec": 4}, {**window, "vec": 4}]  # 8-byte vectors
+    assert conv.seeds(tc.causal_conv1d(100, 130))[:3] == [{**rows, "vec": 4}, {**plain, "vec": 4},
+                                                          {**window, "vec": 4}]  # 8-byte vectors
     launches, _ = resolve_plan(cand, card.sizes, card.floats)
     assert launches[0].grid == (2051 // 64 + 1, 8192 // 64, 1)  # L_out = 2048 + 2 * 3 - 4 + 1
     odd = CARDS["dwconv_odd_f32"][0]()
@@ -507,6 +509,54 @@ def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
     strided = tc.causal_conv1d(16, 9, k=2)
     strided.scalars["stride"] = [2]
     assert not conv.matches(strided)
+
+
+def test_depthwise_conv1d_rows_keep_weights_in_registers_and_store_rows() -> None:
+    """Note [a warp per output row]: channel rows in shared memory (an odd row stride), the weights loaded once per
+    channel, one row pointer per channel; only for a channels-fast input with vector loads and a positions-fast
+    output, one action away from the tile of the same shape."""
+    import dataclasses
+
+    from forge_backend.cards import build_card
+    from forge_backend.search.templates import conv
+
+    card = CARDS["dwconv_qwen_bf16"][0]()
+    rows = {"strategy": "rows", "tl": 128, "tc": 64, "block": 256, "vec": 8}
+    assert conv.valid(card, rows)
+    cand = conv.generate(card, rows)
+    assert "__shared__ float s[TC][RS];" in cand.source and "constexpr int VEC = 8, RS = 131," in cand.source
+    assert "constexpr int PER = (PCH * VCH * 32 + NT - 1) / NT;" in cand.source  # every load in flight at once
+    assert "__shared__ float ws[TC][K + 1];" in cand.source and "wr[q] = ws[i][q];" in cand.source  # weights once
+    assert "yr[r * 32] = from_f<TO>(acc);" in cand.source
+    assert cand.requires_align == 16
+    launches, _ = resolve_plan(cand, card.sizes, card.floats)
+    assert launches[0].kernel == "dwconv1d_rows" and launches[0].grid == (2051 // 128 + 1, 8192 // 64, 1)
+    _compile_once(cand)
+    assert "RS = 135," in conv.generate(tc.causal_conv1d(64, 300, k=7), {**rows, "vec": 8}).source  # 128 + 6, odd
+    acts = dict(conv.actions(card, rows))
+    assert acts["strategy rows -> tile"] == {**rows, "strategy": "tile"}
+    assert dict(conv.actions(card, {**rows, "strategy": "tile", "tl": 64}))["strategy tile -> rows"] == \
+        {**rows, "tl": 64}
+    assert not conv.valid(card, {k: v for k, v in rows.items() if k != "vec"})  # rows load vectors
+    assert not conv.valid(card, {**rows, "tl": 48})  # a lane per position: whole warps of positions
+    assert not conv.valid(card, {**rows, "tc": 8, "block": 512})  # 16 warps for 8 channel rows
+    assert not conv.valid(card, {**rows, "tl": 256, "tc": 128})  # 128 x 259 floats: past static shared memory
+    odd = CARDS["dwconv_odd_f32"][0]()  # positions-fast input and output
+    assert not conv.valid(odd, {**rows, "vec": 4})
+    sig = tc.causal_conv1d(16, 40).signature_obj()  # a channels-fast output: rows would store with a stride
+    out = dataclasses.replace(sig.outputs[0], stride=(16 * 43, 1, 16))
+    cl_out = build_card(dataclasses.replace(sig, outputs=(out,), _key=""))
+    assert conv.valid(cl_out, {**rows, "strategy": "tile", "tc": 16}) and not conv.valid(cl_out, {**rows, "tc": 16})
+    # Note [the next tile's loads in flight]: steps position tiles per block, a smaller grid, one knob away
+    stepped = conv.generate(card, {**rows, "steps": 4})
+    assert "STEPS = 4;" in stepped.source and "load(l0 + TL);" in stepped.source and "steps=4" in stepped.description
+    assert resolve_plan(stepped, card.sizes, card.floats)[0][0].grid == (5, 8192 // 64, 1)  # 17 tiles in fours
+    assert acts["steps 1 -> 2"] == {**rows, "steps": 2}
+    assert dict(conv.actions(card, {**rows, "steps": 2}))["steps 2 -> 1"] == rows
+    assert not conv.valid(card, {**rows, "steps": 1})  # one step is the plain kernel: no key
+    assert not conv.valid(card, {**rows, "steps": 3}) and not conv.valid(card, {**rows, "strategy": "tile", "steps": 2})
+    small = tc.causal_conv1d(16, 40, dtype="float32")  # 4 vectors of 4 channels: one vector per lane group
+    _compile_once(conv.generate(small, {**rows, "tc": 16, "tl": 32, "block": 64, "vec": 4}))
 
 
 def _root_view() -> ParentView:

@@ -143,3 +143,28 @@ def test_chunk_kept_in_part_passes_the_verifier(case):
     card, params = case
     assert family_for(card).valid(card, params), params
     check(card, params)
+
+
+# Note [a warp per output row]: channel tiles past C, position tails, a 7-tap halo, a bias, 2 and 4 vectors per
+# position group of a warp's load, every vector width
+CONV_ROWS = [
+    (tc.causal_conv1d(100, 130, k=4, dtype="bfloat16"), {"tl": 64, "tc": 64, "block": 128, "vec": 4}),
+    (tc.causal_conv1d(96, 37, k=4, dtype="float32", bias=True), {"tl": 32, "tc": 32, "block": 64, "vec": 4}),
+    (tc.causal_conv1d(34, 70, k=7, dtype="float16", bias=True), {"tl": 64, "tc": 16, "block": 128, "vec": 2}),
+    (tc.causal_conv1d(24, 50, k=3, dtype="bfloat16"), {"tl": 32, "tc": 16, "block": 64, "vec": 8}),
+    (tc.causal_conv1d(40, 301, k=4, dtype="bfloat16", bias=True), {"tl": 256, "tc": 32, "block": 256, "vec": 8,
+                                                                   "cfirst": True}),
+    # Note [the next tile's loads in flight]: a last block with fewer tiles than its steps, and one past the end
+    (tc.causal_conv1d(40, 301, k=4, dtype="bfloat16", bias=True), {"tl": 64, "tc": 32, "block": 128, "vec": 8,
+                                                                   "steps": 2}),
+    (tc.causal_conv1d(100, 130, k=7, dtype="float16"), {"tl": 32, "tc": 16, "block": 64, "vec": 4, "steps": 4,
+                                                        "cfirst": True}),
+    (tc.causal_conv1d(96, 37, k=4, dtype="float32", bias=True), {"tl": 32, "tc": 32, "block": 64, "vec": 4,
+                                                                 "steps": 8}),
+]
+
+
+@pytest.mark.parametrize("case", CONV_ROWS, ids=lambda c: "x".join(map(str, c[0].inputs[0].spec.shape)))
+def test_conv_rows_pass_the_verifier(case):
+    card, params = case
+    check(card, {"strategy": "rows", **params})

@@ -7,7 +7,7 @@ ATen runs it with a generic depthwise kernel: 178 us per call for [1, 8192, 2048
 H200 (benchmarks/results/h200/kernels_qwen35_moe_inductor.txt), where the bytes allow 16 us. The input is often a
 transposed view ([B, L, C] in memory), so the op is a transpose as well as a convolution.
 
-Two strategies. Both compute a tile of TL positions x TC channels of one sample per block, with fp32 sums over k in
+Three strategies. Each computes a tile of TL positions x TC channels of one sample per block, with fp32 sums over k in
 ascending order, rounded once.
 - ``tile``: the block loads the input tile with its TL + K - 1 halo into shared memory with consecutive threads
   along the input's unit-stride dim (channels or positions), then computes and stores with consecutive threads
@@ -15,6 +15,9 @@ ascending order, rounded once.
 - ``window`` (channels-fast input only; Note [a window of positions in registers]): each thread holds ``vec``
   channels of R consecutive positions plus the halo in registers, read straight from global memory, and stages
   its outputs in shared memory for stores along the output's unit-stride dim.
+- ``rows`` (channels-fast input, positions-fast output; Note [a warp per output row]): the tile goes into shared
+  memory as channel rows, and each warp computes whole output rows of it with its channel's weights in registers,
+  a lane per position, so an output costs K shared loads, K FMAs and one store.
 
 On the H200 (eighth session, benchmarks/results/h200/ops.json, row ``causal_conv1d``): 39.4 us against Inductor's
 191.9 us and eager's 297.7 us, at 40% of the copy bandwidth (the seventh session's scalar tile: 52.3 us, 30%);
@@ -72,7 +75,16 @@ def _window_smem_bytes(p: dict[str, Any]) -> int:
     return p["tc"] * (p["tl"] + 1) * 4
 
 
+def _rows_stride(p: dict[str, Any], k: int) -> int:
+    """The shared row's length in floats for ``rows``: the tile's TL + K - 1 positions, made odd (Note [a warp per
+    output row])."""
+    return (p["tl"] + k - 1) | 1
+
+
 def defaults(card: OperatorCard, strategy: str = "tile") -> dict[str, Any]:
+    if strategy == "rows":
+        return {"strategy": "rows", "tl": 128, "tc": 32, "block": 256,
+                "vec": 16 // ITEMSIZE[input_spec(card, "input").dtype]}
     if strategy == "window":
         return {"strategy": "window", "tl": 64, "tc": 64, "vec": 16 // ITEMSIZE[input_spec(card, "input").dtype],
                 "r": 8}
@@ -88,17 +100,18 @@ def _widest(card: OperatorCard, p: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def root_params(card: OperatorCard) -> dict[str, Any]:
-    """The default tile, loading 16 bytes of channels at a time where the input is channels-fast and aligned for it
-    (Note [vector loads of a channels-fast input]). On the H200 (eighth session) it ran Qwen's conv in 39.0 us
-    against the scalar tile's 52.3 (probe_tma_conv_vec.json); the best register window (Note [a window of positions
-    in registers]) ran 40.3 us (probe_conv_window_gn_keep.json)."""
-    return _widest(card, defaults(card)) or defaults(card)
+    """Warp rows (Note [a warp per output row]) where the input is channels-fast, aligned for vector loads, and the
+    output positions-fast (Qwen's layout), else the default tile, with vector loads where they are allowed (Note
+    [vector loads of a channels-fast input]). On the H200 (ninth session, probe_conv_rows.json, one run) Qwen's conv
+    ran 35.0 us in rows of 128 positions x 32 channels against the vector tile's 39.0 us; in the eighth session the
+    vector tile ran 39.0 us against the scalar tile's 52.3 and the best register window's 40.3 us."""
+    return _widest(card, defaults(card, "rows")) or _widest(card, defaults(card)) or defaults(card)
 
 
 def seeds(card: OperatorCard) -> list[dict[str, Any]]:
-    """The root, then a register window and the scalar tile where they differ from it."""
+    """The root, then the vector tile, a register window and the scalar tile where they differ from it."""
     out = [root_params(card)]
-    for p in (_widest(card, defaults(card, "window")), defaults(card)):
+    for p in (_widest(card, defaults(card)), _widest(card, defaults(card, "window")), defaults(card)):
         if p is not None and p not in out:
             out.append(p)
     return out
@@ -107,6 +120,10 @@ def seeds(card: OperatorCard) -> list[dict[str, Any]]:
 def _channels_fast(card: OperatorCard) -> bool:
     x = input_spec(card, "input")
     return x.stride[1] == 1 and x.stride[2] != 1
+
+
+def _positions_fast(card: OperatorCard) -> bool:
+    return output_spec(card, 0).stride[2] == 1
 
 
 def _block(p: dict[str, Any]) -> int:
@@ -119,9 +136,38 @@ def _block(p: dict[str, Any]) -> int:
 def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     n, c, _, l_out, k, _ = _dims(card)
     tl, tc, strategy = p.get("tl", 0), p.get("tc", 0), p.get("strategy")
-    if strategy not in ("tile", "window") or tl not in (16, 32, 64, 128, 256) or tc not in (8, 16, 32, 64, 128):
+    if strategy not in ("tile", "window", "rows") or tl not in (16, 32, 64, 128, 256) or \
+            tc not in (8, 16, 32, 64, 128):
         return False
-    if "vec" in p:  # Note [vector loads of a channels-fast input]
+    if "vec" in p:  # Note [a warp per output row]
+# Profiled on the H200 (ninth session, Nsight Compute, benchmarks/results/h200/ncu_session9.md), the best tile ran
+# Qwen's conv issuing instructions in 70% of its cycles at 3.0 per cycle, with DRAM 27% busy: it was bound by
+# instructions, about 50 per output (the tile's compute loop re-derives each output's channel and position with
+# divisions, forms a 64-bit address per store, and reads each weight from shared memory per output). In ``rows``
+# the block stores its tile as channel rows, s[TC][RS] floats, and its channels' weights and bias, and each warp
+# takes whole channels: it reads the channel's K weights into registers once, then a lane per position computes
+# RL = TL / 32 outputs at positions lane, lane + 32, ... from K consecutive row entries, and stores them through one
+# row pointer with constant offsets. (Read from global memory at each channel instead, the weights' latency stalled
+# every warp: Nsight Compute's largest share of stall samples.) Consecutive lanes read consecutive floats (no bank
+# conflicts) and store consecutive positions (coalesced). Every thread issues all its loads of the tile (PER of
+# them) before it stores any into shared memory, so they are in flight together rather than one load's latency at
+# a time. The load puts a warp on 4 vectors of ``vec`` channels at each of 8 positions (whole 32-byte sectors of the
+# channels-fast input); its lanes write rows (v * VEC + u) at column j, banks ((v * VEC + u) * RS + j) % 32, and with
+# RS odd the four vectors' rows start 8 * RS apart, on distinct multiples of 8 banks, so the 8 positions x 4 vectors
+# hit 32 banks. Needs the output's positions to be its unit-stride dim (Qwen's [1, 8192, 2051]) and vector loads.
+
+
+# Note [the next tile's loads in flight]
+# Nsight Compute on the H200 (ninth session) found the warp rows waiting on their global loads (long scoreboard
+# stalls on the loaded registers: the largest share of the stall samples) with the DRAM 28-32% busy: a block loads
+# its tile, waits at the barrier, then computes and stores with no load of its own in flight, and the few blocks per
+# SM that shared memory allows do not cover that. With ``steps`` a block walks that many consecutive position tiles
+# of its channels: it issues the next tile's loads (into registers) right after it has put the current tile into
+# shared memory, so they travel while the warps compute and store the current one. The grid has ``steps`` times
+# fewer position tiles; the registers hold one more tile's vectors.
+
+
+# Note [vector loads of a channels-fast input]
         x, vec = input_spec(card, "input"), p["vec"]
         if vec not in (2, 4, 8) or vec * ITEMSIZE[x.dtype] > 16 or not _channels_fast(card):
             return False
@@ -134,11 +180,19 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         smem, block = _window_smem_bytes(p), _block(p)
         if block % 32 or not 64 <= block <= 1024:
             return False
+    elif strategy == "rows":  # Note [a warp per output row]
+        block = p.get("block", 0)
+        if "vec" not in p or not _positions_fast(card) or tl % 32 or block not in (64, 128, 256, 512) or \
+                block // 32 > tc or p.get("steps", 1) not in (1, 2, 4, 8) or p.get("steps") == 1:
+            return False
+        smem = (tc * _rows_stride(p, k) + tc * (k + 1)) * 4
     else:
         smem, block = _smem_bytes(p, k), p.get("block", 0)
         if tc > 64 or block not in (64, 128, 256, 512) or block > tl * tc:
             return False
-    tiles_y = cdiv(l_out, tl) if p.get("cfirst") else cdiv(c, tc)
+    if "steps" in p and strategy != "rows":
+        return False
+    tiles_y = cdiv(cdiv(l_out, tl), p.get("steps", 1)) if p.get("cfirst") else cdiv(c, tc)
     return smem <= STATIC_SMEM_LIMIT and tiles_y <= 65535 and n <= 65535 and cdiv(l_out, tl) * cdiv(c, tc) < 2**31
 
 
@@ -148,12 +202,19 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
     if p["strategy"] == "window":  # the same tile and threads, computed through shared memory
         acts.append(("strategy window -> tile", {"strategy": "tile", "tl": p["tl"], "tc": p["tc"],
                                                  "block": _block(p), "vec": p["vec"], **_order(p)}))
+    elif p["strategy"] == "rows":
+        acts.append(("strategy rows -> tile", {k: v for k, v in p.items() if k != "steps"} | {"strategy": "tile"}))
+        steps = p.get("steps", 1)  # Note [the next tile's loads in flight]
+        acts += [(f"steps {steps} -> {q}", {k: v for k, v in p.items() if k != "steps"} | ({"steps": q} if q > 1
+                                                                                            else {}))
+                 for q in (steps // 2, steps * 2) if q >= 1]
     else:
         if "vec" in p:
             acts.append((f"vec {p['vec']} -> scalar", {k: v for k, v in p.items() if k != "vec"}))
             acts.append(("strategy tile -> window", {"strategy": "window", "tl": p["tl"], "tc": p["tc"],
                                                      "vec": p["vec"], "r": max(1, p["tl"] * p["tc"] // p["vec"]
                                                                                // p["block"]), **_order(p)}))
+            acts.append(("strategy tile -> rows", {**p, "strategy": "rows"}))
     return filter_actions(card, p, acts, valid)
 
 
@@ -179,13 +240,17 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
 constexpr long long XS0 = {x.stride[0]}LL, XS1 = {x.stride[1]}LL, XS2 = {x.stride[2]}LL;
 constexpr long long YS0 = {y.stride[0]}LL, YS1 = {y.stride[1]}LL, YS2 = {y.stride[2]}LL;
 """
-    kernel = _window_kernel(vec, p["r"], has_bias) if p["strategy"] == "window" else _tile_kernel(vec, has_bias)
+    kernel = _window_kernel(vec, p["r"], has_bias) if p["strategy"] == "window" else \
+        _rows_kernel(vec, _rows_stride(p, k), p.get("steps", 1), has_bias) if p["strategy"] == "rows" else \
+        _tile_kernel(vec, has_bias)
     source = head + kernel.replace("PARAMS", params)
-    grid = (cdiv(c, tc), cdiv(l_out, tl), n) if p.get("cfirst") else (cdiv(l_out, tl), cdiv(c, tc), n)
+    position_tiles = cdiv(cdiv(l_out, tl), p.get("steps", 1))  # Note [the next tile's loads in flight]
+    grid = (cdiv(c, tc), position_tiles, n) if p.get("cfirst") else (position_tiles, cdiv(c, tc), n)
     desc = f"depthwise conv1d k={k} {p['strategy']} tl={tl} tc={tc} block={block}" + \
+           (f" steps={p['steps']}" if "steps" in p else "") + \
            (" (input channels-fast)" if _channels_fast(card) else "") + (f" vec={vec}" if vec > 1 else "") + \
            (f" r={p['r']}" if p["strategy"] == "window" else "") + (" channel tiles first" if p.get("cfirst") else "")
-    name = "dwconv1d_window" if p["strategy"] == "window" else "dwconv1d"
+    name = {"window": "dwconv1d_window", "rows": "dwconv1d_rows"}.get(p["strategy"], "dwconv1d")
     return make_candidate(source, [launch(name, grid, block, args)], desc, p, align_of(vec, [x]))
 
 
@@ -322,3 +387,79 @@ def _tile_load(vec: int) -> str:
       for (int u = 0; u < {vec}; ++u) s[j][i + u] = 0.f;
     }}
   }}"""
+
+
+def _rows_kernel(vec: int, rs: int, steps: int, has_bias: bool) -> str:
+    """Note [a warp per output row]; ``steps`` position tiles per block, each tile's loads in flight while the one
+    before it computes (Note [the next tile's loads in flight])."""
+    return f"""
+constexpr int VEC = {vec}, RS = {rs}, NW = NT / 32, RL = TL / 32, NV = TC / VEC, STEPS = {steps};
+constexpr int VL = NV < 4 ? NV : 4, PL = 32 / VL, VCH = NV / VL, PCH = (HALO + PL - 1) / PL;
+constexpr int PER = (PCH * VCH * 32 + NT - 1) / NT;  // loads per thread, all in flight before the first store
+
+// y[n, c, l] = bias[c] + sum_k w[c, 0, k] * x[n, c, l - PAD + k] (zero outside the input), fp32, k ascending.
+extern "C" __global__ __launch_bounds__(NT) void dwconv1d_rows(PARAMS) {{
+  __shared__ float s[TC][RS];  // channel rows of the input tile with its halo; RS odd (see the Note)
+  __shared__ float ws[TC][K + 1];  // the block's weights (and bias), read once from global memory
+  // Note [channel tiles first]
+  const int lt0 = (CFIRST ? blockIdx.y : blockIdx.x) * STEPS, c0 = (CFIRST ? blockIdx.x : blockIdx.y) * TC;
+  const long long n = blockIdx.z;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  Pack<T, VEC> xv[PER];  // a warp's load: VL vectors at each of PL positions
+  auto load = [&](int l0) {{
+#pragma unroll
+    for (int t = 0; t < PER; ++t) {{
+      const int e = threadIdx.x + t * NT, ln = e & 31, ch = e >> 5;
+      const int v = (ch % VCH) * VL + ln / PL, j = (ch / VCH) * PL + ln % PL;
+      const int c = c0 + v * VEC;
+      const long long l = (long long)l0 - PAD + j;
+      if (ch < PCH * VCH && j < HALO && c < C && l >= 0 && l < LIN) {{
+        xv[t] = ldp<T, VEC>(x + n * XS0 + c + l * XS2);
+      }} else {{
+#pragma unroll
+        for (int u = 0; u < VEC; ++u) xv[t].v[u] = from_f<T>(0.f);
+      }}
+    }}
+  }};
+  load(lt0 * TL);  // the tile's loads first: the weights' below wait for their data before storing it
+  for (int e = threadIdx.x; e < TC * (K + 1); e += NT) {{
+    const int i = e / (K + 1), q = e % (K + 1), c = c0 + i;
+    ws[i][q] = c >= C ? 0.f : q < K ? to_f(w[(long long)c * K + q]) : {"to_f(b[c])" if has_bias else "0.f"};
+  }}
+  for (int step = 0; step < STEPS; ++step) {{
+    const int l0 = (lt0 + step) * TL;
+    if (l0 >= LOUT) break;  // block-uniform
+    if (step > 0) __syncthreads();  // every warp is done with the previous tile's rows
+#pragma unroll
+    for (int t = 0; t < PER; ++t) {{
+      const int e = threadIdx.x + t * NT, ln = e & 31, ch = e >> 5;
+      const int v = (ch % VCH) * VL + ln / PL, j = (ch / VCH) * PL + ln % PL;
+      if (ch < PCH * VCH && j < HALO) {{
+#pragma unroll
+        for (int u = 0; u < VEC; ++u) s[v * VEC + u][j] = to_f(xv[t].v[u]);
+      }}
+    }}
+    __syncthreads();
+    if (step + 1 < STEPS && l0 + TL < LOUT) load(l0 + TL);  // in flight while this tile computes
+    for (int i = warp; i < TC && c0 + i < C; i += NW) {{  // warp-uniform
+      const int c = c0 + i;
+      float wr[K];
+#pragma unroll
+      for (int q = 0; q < K; ++q) wr[q] = ws[i][q];
+      const float bias = ws[i][K];
+      const float* sr = s[i] + lane;
+      TO* yr = y + n * YS0 + (long long)c * YS1 + l0 + lane;
+      const int left = LOUT - l0 - lane;  // output r of this lane is below LOUT when r * 32 < left
+#pragma unroll
+      for (int r = 0; r < RL; ++r) {{
+        if (r * 32 < left) {{
+          float acc = bias;
+#pragma unroll
+          for (int q = 0; q < K; ++q) acc = fmaf(wr[q], sr[r * 32 + q], acc);
+          yr[r * 32] = from_f<TO>(acc);
+        }}
+      }}
+    }}
+  }}
+}}
+"""
