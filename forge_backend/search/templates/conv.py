@@ -19,11 +19,10 @@ ascending order, rounded once.
   memory as channel rows, and each warp computes whole output rows of it with its channel's weights in registers,
   a lane per position, so an output costs K shared loads, K FMAs and one store.
 
-On the H200 (eighth session, benchmarks/results/h200/ops.json, row ``causal_conv1d``): 39.4 us against Inductor's
-191.9 us and eager's 297.7 us, at 40% of the copy bandwidth (the seventh session's scalar tile: 52.3 us, 30%);
-inside Qwen under Inductor it replaces ATen's kernel. The best layout of every kind probed (tiles of 32-128
-positions x 32-64 channels, 64-512 threads, 4-16 byte loads, register windows, either grid order) lands at 39-41
-us: what holds it at 40% is not the shared-memory traffic the window removes, and is not known yet.
+On the H200 (ninth session, benchmarks/results/h200/ops.json, row ``causal_conv1d``): the warp rows ran 34.1 us
+against Inductor's 191.6 us and eager's 297.2 us, at 46% of the copy bandwidth; inside Qwen under Inductor they
+replace ATen's kernel. Before them every tile, window and grid order landed at 39-41 us (40%): Nsight Compute showed
+the tile bound by instructions (Note [a warp per output row]); output rows aligned to 16 bytes did not help.
 """
 from __future__ import annotations
 
