@@ -157,7 +157,9 @@ def cases() -> list[tuple[str, OperatorCard, list[dict[str, Any]]]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="", help="only cases whose name contains one of these (comma separated)")
+    ap.add_argument("--only", action="append", default=[], metavar="SUBSTRING",
+                    help="only cases whose name contains this (repeat for several; case names hold commas, so a "
+                         "value is never split: --only \"softmax [64,262144] fp32\")")
     ap.add_argument("--strategy", default="", help="only variants of these strategies (comma separated; `keep`: "
                                                     "the chunks kept in part, `tma`: filled by the copy engine, "
                                                     "`fit`: row norm blocks that fit the row)")
@@ -185,7 +187,7 @@ def main() -> None:
     results = []
     try:
         for name, card, variants in cases():
-            if args.only and not any(part in name for part in args.only.split(",")):
+            if not selected(name, args.only):
                 continue
             fam = family_for(card)
             inputs, sig = make_inputs(card, "normal", 99, dev), card.signature_obj()
@@ -231,6 +233,12 @@ def main() -> None:
     finally:
         client.close()
         save(args.out, results)
+
+
+def selected(name: str, patterns: list[str]) -> bool:
+    """A case is probed when its name contains one of ``patterns`` (every case when there are none). Each pattern is
+    matched whole: names hold commas ("[64,262144]"), and a pattern split on them matched unrelated cases."""
+    return not patterns or any(pat in name for pat in patterns)
 
 
 def parse_params(text: str) -> dict[str, Any]:

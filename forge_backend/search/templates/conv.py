@@ -101,9 +101,9 @@ def _widest(card: OperatorCard, p: dict[str, Any]) -> dict[str, Any] | None:
 def root_params(card: OperatorCard) -> dict[str, Any]:
     """Warp rows (Note [a warp per output row]) where the input is channels-fast, aligned for vector loads, and the
     output positions-fast (Qwen's layout), else the default tile, with vector loads where they are allowed (Note
-    [vector loads of a channels-fast input]). On the H200 (ninth session, probe_conv_rows.json, one run) Qwen's conv
-    ran 35.0 us in rows of 128 positions x 32 channels against the vector tile's 39.0 us; in the eighth session the
-    vector tile ran 39.0 us against the scalar tile's 52.3 and the best register window's 40.3 us."""
+    [vector loads of a channels-fast input]). On the H200 (ninth session, probe_conv_rows_final.json, one run) Qwen's
+    conv ran 33.9 us in rows of 128 positions x 32 channels against the vector tile's 39.1 us; in the eighth session
+    the vector tile ran 39.0 us against the scalar tile's 52.3 and the best register window's 40.3 us."""
     return _widest(card, defaults(card, "rows")) or _widest(card, defaults(card)) or defaults(card)
 
 
@@ -138,35 +138,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     if strategy not in ("tile", "window", "rows") or tl not in (16, 32, 64, 128, 256) or \
             tc not in (8, 16, 32, 64, 128):
         return False
-    if "vec" in p:  # Note [a warp per output row]
-# Profiled on the H200 (ninth session, Nsight Compute, benchmarks/results/h200/ncu_session9.md), the best tile ran
-# Qwen's conv issuing instructions in 70% of its cycles at 3.0 per cycle, with DRAM 27% busy: it was bound by
-# instructions, about 50 per output (the tile's compute loop re-derives each output's channel and position with
-# divisions, forms a 64-bit address per store, and reads each weight from shared memory per output). In ``rows``
-# the block stores its tile as channel rows, s[TC][RS] floats, and its channels' weights and bias, and each warp
-# takes whole channels: it reads the channel's K weights into registers once, then a lane per position computes
-# RL = TL / 32 outputs at positions lane, lane + 32, ... from K consecutive row entries, and stores them through one
-# row pointer with constant offsets. (Read from global memory at each channel instead, the weights' latency stalled
-# every warp: Nsight Compute's largest share of stall samples.) Consecutive lanes read consecutive floats (no bank
-# conflicts) and store consecutive positions (coalesced). Every thread issues all its loads of the tile (PER of
-# them) before it stores any into shared memory, so they are in flight together rather than one load's latency at
-# a time. The load puts a warp on 4 vectors of ``vec`` channels at each of 8 positions (whole 32-byte sectors of the
-# channels-fast input); its lanes write rows (v * VEC + u) at column j, banks ((v * VEC + u) * RS + j) % 32, and with
-# RS odd the four vectors' rows start 8 * RS apart, on distinct multiples of 8 banks, so the 8 positions x 4 vectors
-# hit 32 banks. Needs the output's positions to be its unit-stride dim (Qwen's [1, 8192, 2051]) and vector loads.
-
-
-# Note [the next tile's loads in flight]
-# Nsight Compute on the H200 (ninth session) found the warp rows waiting on their global loads (long scoreboard
-# stalls on the loaded registers: the largest share of the stall samples) with the DRAM 28-32% busy: a block loads
-# its tile, waits at the barrier, then computes and stores with no load of its own in flight, and the few blocks per
-# SM that shared memory allows do not cover that. With ``steps`` a block walks that many consecutive position tiles
-# of its channels: it issues the next tile's loads (into registers) right after it has put the current tile into
-# shared memory, so they travel while the warps compute and store the current one. The grid has ``steps`` times
-# fewer position tiles; the registers hold one more tile's vectors.
-
-
-# Note [vector loads of a channels-fast input]
+    if "vec" in p:  # Note [vector loads of a channels-fast input]
         x, vec = input_spec(card, "input"), p["vec"]
         if vec not in (2, 4, 8) or vec * ITEMSIZE[x.dtype] > 16 or not _channels_fast(card):
             return False
@@ -182,7 +154,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     elif strategy == "rows":  # Note [a warp per output row]
         block = p.get("block", 0)
         if "vec" not in p or not _positions_fast(card) or tl % 32 or block not in (64, 128, 256, 512) or \
-                block // 32 > tc or p.get("steps", 1) not in (1, 2, 4, 8) or p.get("steps") == 1:
+                block // 32 > tc or p.get("steps", 2) not in (2, 4, 8):  # one step: no key
             return False
         smem = (tc * _rows_stride(p, k) + tc * (k + 1)) * 4
     else:
@@ -345,6 +317,36 @@ extern "C" __global__ __launch_bounds__(NT) void dwconv1d_window(PARAMS) {{
   }}
 }}
 """
+
+
+# Note [a warp per output row]
+# Profiled on the H200 (ninth session, Nsight Compute, benchmarks/results/h200/ncu_session9.md), the best tile ran
+# Qwen's conv issuing instructions in 70% of its cycles at 3.0 per cycle, with DRAM 27% busy: it was bound by
+# instructions, about 50 per output (the tile's compute loop re-derives each output's channel and position with
+# divisions, forms a 64-bit address per store, and reads each weight from shared memory per output). In ``rows``
+# the block stores its tile as channel rows, s[TC][RS] floats, and its channels' weights and bias, and each warp
+# takes whole channels: it reads the channel's K weights into registers once, then a lane per position computes
+# RL = TL / 32 outputs at positions lane, lane + 32, ... from K consecutive row entries, and stores them through one
+# row pointer with constant offsets. (Read from global memory at each channel instead, the weights' latency stalled
+# every warp: Nsight Compute's largest share of stall samples.) Consecutive lanes read consecutive floats (no bank
+# conflicts) and store consecutive positions (coalesced). Every thread issues all its loads of the tile (PER of
+# them) before it stores any into shared memory, so they are in flight together rather than one load's latency at
+# a time. The load puts a warp on 4 vectors of ``vec`` channels at each of 8 positions (whole 32-byte sectors of the
+# channels-fast input); its lanes write rows (v * VEC + u) at column j, banks ((v * VEC + u) * RS + j) % 32, and with
+# RS odd the four vectors' rows start 8 * RS apart, on distinct multiples of 8 banks, so the 8 positions x 4 vectors
+# hit 32 banks. Needs the output's positions to be its unit-stride dim (Qwen's [1, 8192, 2051]) and vector loads.
+
+
+# Note [the next tile's loads in flight]
+# Nsight Compute on the H200 (ninth session) found the warp rows waiting on their global loads (long scoreboard
+# stalls on the loaded registers: the largest share of the stall samples) with the DRAM 28-32% busy: a block loads
+# its tile, waits at the barrier, then computes and stores with no load of its own in flight, and the few blocks per
+# SM that shared memory allows do not cover that. With ``steps`` a block walks that many consecutive position tiles
+# of its channels: it issues the next tile's loads (into registers) right after it has put the current tile into
+# shared memory, so they travel while the warps compute and store the current one. The grid has ``steps`` times
+# fewer position tiles; the registers hold one more tile's vectors. Measured (ninth session, probe_conv_rows.json, one
+# run): it lost, 38.7 us at best against the plain rows' 33.6 (62 registers against 48, fewer warps resident); it
+# stays an action, not a seed.
 
 
 # Note [vector loads of a channels-fast input]

@@ -1,0 +1,86 @@
+"""The probe and profiling tools' host side (benchmarks/probe_variants.py, profile_variant.py, ncu_hotspots.py).
+CPU only: case selection, variant parameters, the stall summary of a profiler's CSV, and the no-GPU exit."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import ncu_hotspots  # noqa: E402
+import probe_variants  # noqa: E402
+import profile_variant  # noqa: E402
+
+
+def test_a_case_pattern_with_commas_is_matched_whole() -> None:
+    """Case names hold commas; split on them, "causal_conv1d [1,8192" also picked the aligned-rows case (via "8192")."""
+    names = [name for name, _, _ in probe_variants.cases()]
+    got = [n for n in names if probe_variants.selected(n, ["causal_conv1d [1,8192"])]
+    assert got == ["causal_conv1d [1,8192,2048] bf16"]
+    both = [n for n in names if probe_variants.selected(n, ["two waves", "softcap"])]
+    assert both == ["softmax [64,262144] fp32 two waves", "softcap softmax [64,262144] bf16"]
+    assert all(probe_variants.selected(n, []) for n in names)
+
+
+def test_variant_parameters_read_as_json_or_key_value() -> None:
+    parse = probe_variants.parse_params
+    assert parse("strategy=rows,tl=128,vec=8,cfirst=true,stream=false") == \
+        {"strategy": "rows", "tl": 128, "vec": 8, "cfirst": True, "stream": False}
+    assert parse('{"strategy": "cluster", "keep": 9}') == {"strategy": "cluster", "keep": 9}
+    assert parse("offset=-3,") == {"offset": -3}
+    with pytest.raises(SystemExit, match="not key=value"):
+        parse("strategy=rows,vec8")
+
+
+def test_the_conv_rows_grid_is_invalid_only_past_static_shared_memory() -> None:
+    """The probe prints invalid variants and goes on; a grid entry must not be invalid for another reason (a
+    misspelt knob, a block the strategy refuses), or the probe would silently time less than it says."""
+    from forge_backend.search.templates import conv
+    from forge_backend.search.templates.common import STATIC_SMEM_LIMIT
+
+    card = next(c for n, c, _ in probe_variants.cases() if n == "causal_conv1d [1,8192,2048] bf16")
+    k = 4
+    for p in (v for n, _, vs in probe_variants.cases() if n == "causal_conv1d [1,8192,2048] bf16" for v in vs
+              if v["strategy"] == "rows"):
+        smem = (p["tc"] * ((p["tl"] + k - 1) | 1) + p["tc"] * (k + 1)) * 4
+        assert conv.valid(card, p) == (smem <= STATIC_SMEM_LIMIT), p
+
+
+def _csv(tmp_path: Path) -> Path:
+    header = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Warp Stall Sampling (Not-issued Samples)",
+              "Instructions Executed", "stall_long_sb", "stall_barrier", "stall_mio", "stall_long_sb (Not Issued)"]
+    rows = [["0x10", "LDG.E.128 R4, [R2.64]", "10", "9", "100", "0", "0", "10", "0"],
+            ["0x20", "IMAD.U32 R0, R4, 0x10000, RZ", "60", "58", "100", "54", "0", "6", "50"],
+            ["0x30", "BAR.SYNC.DEFER_BLOCKING 0x0", "30", "30", "100", "0", "30", "0", "0"]]
+    text = '"Kernel Name","dwconv1d_rows",\n' + "\n".join(",".join(f'"{c}"' for c in r) for r in [header] + rows)
+    path = tmp_path / "k.sass.csv"
+    path.write_text(text + "\n")
+    return path
+
+
+def test_hotspots_sum_stall_reasons_and_rank_instructions(tmp_path: Path) -> None:
+    out = ncu_hotspots.summarise(_csv(tmp_path), top=2)
+    lines = out.splitlines()
+    assert lines[0] == "dwconv1d_rows: 100 warp stall samples over 3 instructions"
+    # reasons by share; the Not-Issued columns are not counted twice
+    assert lines[1].split() == ["long_sb", "54.0%"] and lines[2].split() == ["barrier", "30.0%"]
+    assert lines[3].split() == ["mio", "16.0%"]
+    hot = lines[5:]
+    assert len(hot) == 2 and "IMAD.U32" in hot[0] and "long_sb 90%, mio 10%" in hot[0]
+    assert "BAR.SYNC" in hot[1] and "barrier 100%" in hot[1]
+
+
+def test_hotspots_refuse_a_file_without_the_source_table(tmp_path: Path) -> None:
+    path = tmp_path / "details.csv"
+    path.write_text('"ID","Kernel Name"\n"0","softmax"\n')
+    with pytest.raises(SystemExit, match="no 'Address' header"):
+        ncu_hotspots.summarise(path, top=3)
+
+
+def test_profile_variant_exits_cleanly_without_a_gpu(monkeypatch, capsys) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the no-GPU path is not taken")
+    monkeypatch.setattr(sys, "argv", ["profile_variant.py", "--case", "causal_conv1d [1,8192"])
+    profile_variant.main()
+    assert "needs a CUDA GPU" in capsys.readouterr().out
