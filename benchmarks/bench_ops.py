@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import environment, log, write_results  # noqa: E402
+from harness import environment, log, name_matches, write_results  # noqa: E402
 from rows import ROWS, SEED_ROWS  # noqa: E402
 
 OPS_COLUMNS = ["op", "shape", "dtype", "eager_us", "inductor_us", "kforge_us", "floor_us", "pct_bw",
@@ -36,7 +36,7 @@ TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 3e-2}
 def select_rows(rows, patterns) -> list:
     """The rows whose name contains any of ``patterns`` (all rows when there are none). Each pattern is matched whole:
     row names hold commas ("softmax [1, 8, 2048, 2048] bfloat16"), so a pattern is never split on them."""
-    return [row for row in rows if not patterns or any(pat in row.name for pat in patterns)]
+    return [row for row in rows if name_matches(row.name, patterns)]
 
 
 def _tensors(ts) -> list:

@@ -51,5 +51,12 @@ def _fmt(v: Any) -> str:
     return "" if v is None else str(v)
 
 
+def name_matches(name: str, patterns: Sequence[str]) -> bool:
+    """``name`` contains one of ``patterns`` (every name matches when there are none). Each pattern is matched whole:
+    row and case names hold commas ("softmax [64, 262144]", "[64,262144]"), and a pattern split on them matched
+    unrelated names."""
+    return not patterns or any(pat in name for pat in patterns)
+
+
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)

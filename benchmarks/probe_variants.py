@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 import template_cards as tc  # noqa: E402
+from harness import name_matches  # noqa: E402
 
 from forge_backend.cards import OperatorCard  # noqa: E402
 from forge_backend.errors import CandidateFailure  # noqa: E402
@@ -187,7 +188,7 @@ def main() -> None:
     results = []
     try:
         for name, card, variants in cases():
-            if not selected(name, args.only):
+            if not name_matches(name, args.only):
                 continue
             fam = family_for(card)
             inputs, sig = make_inputs(card, "normal", 99, dev), card.signature_obj()
@@ -233,12 +234,6 @@ def main() -> None:
     finally:
         client.close()
         save(args.out, results)
-
-
-def selected(name: str, patterns: list[str]) -> bool:
-    """A case is probed when its name contains one of ``patterns`` (every case when there are none). Each pattern is
-    matched whole: names hold commas ("[64,262144]"), and a pattern split on them matched unrelated cases."""
-    return not patterns or any(pat in name for pat in patterns)
 
 
 def parse_params(text: str) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import harness  # noqa: E402
 import ncu_hotspots  # noqa: E402
 import probe_variants  # noqa: E402
 import profile_variant  # noqa: E402
@@ -14,11 +15,11 @@ import profile_variant  # noqa: E402
 def test_a_case_pattern_with_commas_is_matched_whole() -> None:
     """Case names hold commas; split on them, "causal_conv1d [1,8192" also picked the aligned-rows case (via "8192")."""
     names = [name for name, _, _ in probe_variants.cases()]
-    got = [n for n in names if probe_variants.selected(n, ["causal_conv1d [1,8192"])]
+    got = [n for n in names if harness.name_matches(n, ["causal_conv1d [1,8192"])]
     assert got == ["causal_conv1d [1,8192,2048] bf16"]
-    both = [n for n in names if probe_variants.selected(n, ["two waves", "softcap"])]
+    both = [n for n in names if harness.name_matches(n, ["two waves", "softcap"])]
     assert both == ["softmax [64,262144] fp32 two waves", "softcap softmax [64,262144] bf16"]
-    assert all(probe_variants.selected(n, []) for n in names)
+    assert all(harness.name_matches(n, []) for n in names)
 
 
 def test_variant_parameters_read_as_json_or_key_value() -> None:

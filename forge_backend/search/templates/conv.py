@@ -121,6 +121,12 @@ def _channels_fast(card: OperatorCard) -> bool:
     return x.stride[1] == 1 and x.stride[2] != 1
 
 
+def _position_tiles(p: dict[str, Any], l_out: int) -> int:
+    """The grid's position tiles: one per TL outputs, or per ``steps`` of them (Note [the next tile's loads in
+    flight])."""
+    return cdiv(cdiv(l_out, p["tl"]), p.get("steps", 1))
+
+
 def _positions_fast(card: OperatorCard) -> bool:
     return output_spec(card, 0).stride[2] == 1
 
@@ -163,7 +169,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
             return False
     if "steps" in p and strategy != "rows":
         return False
-    tiles_y = cdiv(cdiv(l_out, tl), p.get("steps", 1)) if p.get("cfirst") else cdiv(c, tc)
+    tiles_y = _position_tiles(p, l_out) if p.get("cfirst") else cdiv(c, tc)
     return smem <= STATIC_SMEM_LIMIT and tiles_y <= 65535 and n <= 65535 and cdiv(l_out, tl) * cdiv(c, tc) < 2**31
 
 
@@ -174,11 +180,11 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
         acts.append(("strategy window -> tile", {"strategy": "tile", "tl": p["tl"], "tc": p["tc"],
                                                  "block": _block(p), "vec": p["vec"], **_order(p)}))
     elif p["strategy"] == "rows":
-        acts.append(("strategy rows -> tile", {k: v for k, v in p.items() if k != "steps"} | {"strategy": "tile"}))
+        one = {k: v for k, v in p.items() if k != "steps"}  # one step: no key
+        acts.append(("strategy rows -> tile", {**one, "strategy": "tile"}))
         steps = p.get("steps", 1)  # Note [the next tile's loads in flight]
-        acts += [(f"steps {steps} -> {q}", {k: v for k, v in p.items() if k != "steps"} | ({"steps": q} if q > 1
-                                                                                            else {}))
-                 for q in (steps // 2, steps * 2) if q >= 1]
+        acts += [(f"steps {steps} -> {q}", {**one, "steps": q} if q > 1 else one) for q in (steps // 2, steps * 2)
+                 if q >= 1]
     else:
         if "vec" in p:
             acts.append((f"vec {p['vec']} -> scalar", {k: v for k, v in p.items() if k != "vec"}))
@@ -215,8 +221,8 @@ constexpr long long YS0 = {y.stride[0]}LL, YS1 = {y.stride[1]}LL, YS2 = {y.strid
         _rows_kernel(vec, _rows_stride(p, k), p.get("steps", 1), has_bias) if p["strategy"] == "rows" else \
         _tile_kernel(vec, has_bias)
     source = head + kernel.replace("PARAMS", params)
-    position_tiles = cdiv(cdiv(l_out, tl), p.get("steps", 1))  # Note [the next tile's loads in flight]
-    grid = (cdiv(c, tc), position_tiles, n) if p.get("cfirst") else (position_tiles, cdiv(c, tc), n)
+    tiles = _position_tiles(p, l_out)
+    grid = (cdiv(c, tc), tiles, n) if p.get("cfirst") else (tiles, cdiv(c, tc), n)
     desc = f"depthwise conv1d k={k} {p['strategy']} tl={tl} tc={tc} block={block}" + \
            (f" steps={p['steps']}" if "steps" in p else "") + \
            (" (input channels-fast)" if _channels_fast(card) else "") + (f" vec={vec}" if vec > 1 else "") + \
