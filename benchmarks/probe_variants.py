@@ -103,8 +103,11 @@ def conv_variants() -> list[dict[str, Any]]:
     # Note [a warp per output row] (`--strategy rows`)
     out += list(grid(strategy="rows", tl=[64, 128, 256], tc=[32, 64, 128], block=[128, 256, 512], vec=[8, 4]))
     # Note [the next tile's loads in flight] (`--strategy rows`)
-    return out + list(grid(strategy="rows", tl=[64, 128, 256], tc=[32, 64], block=[128, 256, 512], vec=8,
-                           steps=[2, 4, 8]))
+    out += list(grid(strategy="rows", tl=[64, 128, 256], tc=[32, 64], block=[128, 256, 512], vec=8, steps=[2, 4, 8]))
+    # Note [two positions per lane] (`--strategy lp`)
+    out += list(grid(strategy="rows", tl=[64, 128, 256], tc=[16, 32, 64], block=[128, 256, 512], vec=[8, 4], lp=2))
+    return out + list(grid(strategy="rows", tl=[128, 256, 512], tc=[8, 16, 32], block=64, vec=8, lp=2)) + \
+        list(grid(strategy="rows", tl=512, tc=[8, 16, 32], block=[128, 256], vec=8, lp=2))
 
 
 def two_wave_variants() -> list[dict[str, Any]]:
@@ -163,7 +166,8 @@ def main() -> None:
                          "value is never split: --only \"softmax [64,262144] fp32\")")
     ap.add_argument("--strategy", default="", help="only variants of these strategies (comma separated; `keep`: "
                                                     "the chunks kept in part, `tma`: filled by the copy engine, "
-                                                    "`fit`: row norm blocks that fit the row)")
+                                                    "`fit`: row norm blocks that fit the row, `lp`: conv rows with two "
+                                                    "positions per lane)")
     ap.add_argument("--params", action="append", default=[], metavar="K=V,K=V",
                     help="time these variants (and the root) instead of the case's grid (repeat for several)")
     ap.add_argument("--out", type=Path, default=None, help="write probe.json here")
@@ -205,7 +209,7 @@ def main() -> None:
             keep = set(filter(None, args.strategy.split(",")))
             # the template's own root first, so every filtered probe has the search's starting point to compare with
             chosen = [v for v in variants if not keep or v["strategy"] in keep
-                      or any(flag in keep and flag in v for flag in ("keep", "tma", "cfirst", "fit"))]
+                      or any(flag in keep and flag in v for flag in ("keep", "tma", "cfirst", "fit", "lp"))]
             if args.params:
                 chosen = [parse_params(text) for text in args.params]
             for p in [fam.root_params(card)] + chosen:

@@ -470,8 +470,10 @@ def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
     plain = {"strategy": "tile", "tl": 64, "tc": 64, "block": 256}
     window = {"strategy": "window", "tl": 64, "tc": 64, "vec": 8, "r": 8}
     rows = {"strategy": "rows", "tl": 128, "tc": 32, "block": 256, "vec": 8}  # Note [a warp per output row]
-    assert conv.matches(card) and conv.root_params(card) == rows  # 16-byte channel loads, rows of output positions
-    assert conv.seeds(card) == [rows, {**plain, "vec": 8}, window, plain]  # Note [a window of positions in registers]
+    pairs = {"strategy": "rows", "tl": 256, "tc": 16, "block": 128, "vec": 8, "lp": 2}  # [two positions per lane]
+    assert conv.matches(card) and conv.root_params(card) == pairs  # 16-byte channel loads, rows of output positions
+    # Note [a window of positions in registers]
+    assert conv.seeds(card) == [pairs, rows, {**plain, "vec": 8}, window, plain]
     cand = conv.generate(card, {**plain, "vec": 8})
     assert "constexpr int XC_FAST = 1;" in cand.source and "constexpr int YL_FAST = 1;" in cand.source
     assert "ldp<T, 8>(x + n * XS0 + c + l * XS2)" in cand.source and cand.requires_align == 16
@@ -497,8 +499,8 @@ def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
     assert launches[0].grid == (2051 // 64 + 1, 8192 // 64, 1) and launches[0].block == (64, 1, 1)
     odd_c = tc.causal_conv1d(33, 70, k=7, dtype="float16")  # 33 channels: a vector would straddle two rows
     assert conv.root_params(odd_c) == plain and not conv.valid(odd_c, {**plain, "vec": 2})
-    assert conv.seeds(tc.causal_conv1d(100, 130))[:3] == [{**rows, "vec": 4}, {**plain, "vec": 4},
-                                                          {**window, "vec": 4}]  # 8-byte vectors
+    assert conv.seeds(tc.causal_conv1d(100, 130))[:4] == [{**pairs, "vec": 4}, {**rows, "vec": 4},
+                                                          {**plain, "vec": 4}, {**window, "vec": 4}]  # 8-byte vectors
     launches, _ = resolve_plan(cand, card.sizes, card.floats)
     assert launches[0].grid == (2051 // 64 + 1, 8192 // 64, 1)  # L_out = 2048 + 2 * 3 - 4 + 1
     odd = CARDS["dwconv_odd_f32"][0]()
@@ -752,3 +754,43 @@ def test_a_norm_computes_and_writes_its_prologue() -> None:
     sig = card.signature_obj()  # an fp32 output 1, where the bf16 prologue rounds to bf16: not this kernel's
     wrong = (sig.outputs[0], replace(sig.outputs[1], dtype="float32"))
     assert not norm.matches(build_card(OpSignature(sig.op, sig.args, wrong, (0, 1), sig.arch)))
+
+
+def test_depthwise_conv1d_rows_in_pairs_shift_odd_rows_and_store_pairs() -> None:
+    """Note [two positions per lane]: ``lp`` 2 reads float2 from an even row stride (2 mod 4), stores each lane's
+    two outputs as one pair, and shifts the tiles of rows that start at an odd element; one knob away from the plain
+    rows, and not with ``steps``."""
+    from forge_backend.search.templates import conv
+
+    card = CARDS["dwconv_qwen_bf16"][0]()  # output rows of 2051: every other row starts at an odd element
+    rows = {"strategy": "rows", "tl": 128, "tc": 64, "block": 256, "vec": 8}
+    pairs = {**rows, "lp": 2}
+    assert conv.valid(card, pairs)
+    cand = conv.generate(card, pairs)
+    assert "constexpr int VEC = 8, RS = 134," in cand.source  # >= 128 + 4 + 2, even, 2 mod 4
+    assert "constexpr bool ODD = ((YS0 | YS1) & 1) != 0;" in cand.source and "YS1 = 2051LL" in cand.source
+    assert "*reinterpret_cast<const float2*>(sr + r * 64 + 2 * h)" in cand.source  # float2 reads
+    assert "*reinterpret_cast<unsigned*>(yr + r * 64)" in cand.source  # one store per pair
+    assert "2 positions per lane" in cand.description and cand.requires_align == 16
+    launches, _ = resolve_plan(cand, card.sizes, card.floats)
+    assert launches[0].kernel == "dwconv1d_rows2" and launches[0].grid == (17, 8192 // 64, 1)
+    _compile_once(cand)
+    assert "RS = 138," in conv.generate(tc.causal_conv1d(64, 300, k=7), pairs).source  # 128 + 9 -> 138
+    # rows of 2048 outputs all start at even elements (no shift); rows of 2047 alternate, and their shifted tiles
+    # still end inside the 16th
+    for length in (2045, 2044):
+        cc = tc.causal_conv1d(64, length, k=4)
+        assert resolve_plan(conv.generate(cc, pairs), cc.sizes, cc.floats)[0][0].grid[0] == 16
+        assert resolve_plan(conv.generate(cc, rows), cc.sizes, cc.floats)[0][0].grid[0] == 16
+    acts = dict(conv.actions(card, rows))
+    assert acts["lp 1 -> 2"] == pairs
+    back = dict(conv.actions(card, pairs))
+    assert back["lp 2 -> 1"] == rows and back["strategy rows -> tile"] == {**rows, "strategy": "tile"}
+    assert back["steps 1 -> 2"] == {**rows, "steps": 2}  # steps are for one position per lane
+    assert not conv.valid(card, {**pairs, "tl": 32})  # a warp's pairs cover 64 positions
+    assert not conv.valid(card, {**pairs, "steps": 2}) and not conv.valid(card, {**rows, "lp": 1})
+    assert not conv.valid(card, {**pairs, "strategy": "tile"}) and not conv.valid(card, {**rows, "lp": 4})
+    small = tc.causal_conv1d(16, 40, dtype="float32", bias=True)  # fp32 pairs: 8-byte stores
+    src = conv.generate(small, {**pairs, "tc": 16, "tl": 64, "block": 64, "vec": 4})
+    assert "uint2" in src.source
+    _compile_once(src)

@@ -161,6 +161,18 @@ CONV_ROWS = [
                                                         "cfirst": True}),
     (tc.causal_conv1d(96, 37, k=4, dtype="float32", bias=True), {"tl": 32, "tc": 32, "block": 64, "vec": 4,
                                                                  "steps": 8}),
+    # Note [two positions per lane]: odd output rows (133, 53, 303, 99 long: every other row shifted), even ones
+    # (40, 76), a channel tail, fp32 and fp16 pairs, odd and even K, a centred window, tiles with and without tests
+    (tc.causal_conv1d(100, 130, k=4, dtype="bfloat16"), {"tl": 64, "tc": 64, "block": 128, "vec": 4, "lp": 2}),
+    (tc.causal_conv1d(96, 37, k=4, dtype="float32", bias=True), {"tl": 64, "tc": 32, "block": 64, "vec": 4,
+                                                                 "lp": 2}),
+    (tc.causal_conv1d(34, 73, k=7, dtype="float16", bias=True), {"tl": 64, "tc": 16, "block": 128, "vec": 2,
+                                                                 "lp": 2}),
+    (tc.causal_conv1d(24, 51, k=3, dtype="bfloat16"), {"tl": 64, "tc": 16, "block": 64, "vec": 8, "lp": 2}),
+    (tc.causal_conv1d(40, 300, k=4, dtype="bfloat16", bias=True), {"tl": 64, "tc": 32, "block": 256, "vec": 8,
+                                                                   "cfirst": True, "lp": 2}),
+    (tc.causal_conv1d(40, 99, k=5, dtype="bfloat16", padding=2), {"tl": 128, "tc": 8, "block": 64, "vec": 8,
+                                                                  "lp": 2}),
 ]
 
 

@@ -76,11 +76,17 @@ def _window_smem_bytes(p: dict[str, Any]) -> int:
 
 def _rows_stride(p: dict[str, Any], k: int) -> int:
     """The shared row's length in floats for ``rows``: the tile's TL + K - 1 positions, made odd (Note [a warp per
-    output row])."""
+    output row]); with ``lp`` 2, TL + K + 2 or more, 2 modulo 4 (Note [two positions per lane])."""
+    if p.get("lp", 1) == 2:
+        n = p["tl"] + k + 2
+        return n + (2 - n % 4) % 4
     return (p["tl"] + k - 1) | 1
 
 
 def defaults(card: OperatorCard, strategy: str = "tile") -> dict[str, Any]:
+    if strategy == "pairs":  # Note [two positions per lane]
+        return {"strategy": "rows", "tl": 256, "tc": 16, "block": 128, "lp": 2,
+                "vec": 16 // ITEMSIZE[input_spec(card, "input").dtype]}
     if strategy == "rows":
         return {"strategy": "rows", "tl": 128, "tc": 32, "block": 256,
                 "vec": 16 // ITEMSIZE[input_spec(card, "input").dtype]}
@@ -99,18 +105,22 @@ def _widest(card: OperatorCard, p: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def root_params(card: OperatorCard) -> dict[str, Any]:
-    """Warp rows (Note [a warp per output row]) where the input is channels-fast, aligned for vector loads, and the
-    output positions-fast (Qwen's layout), else the default tile, with vector loads where they are allowed (Note
-    [vector loads of a channels-fast input]). On the H200 (ninth session, probe_conv_rows_final.json, one run) Qwen's
-    conv ran 33.9 us in rows of 128 positions x 32 channels against the vector tile's 39.1 us; in the eighth session
-    the vector tile ran 39.0 us against the scalar tile's 52.3 and the best register window's 40.3 us."""
-    return _widest(card, defaults(card, "rows")) or _widest(card, defaults(card)) or defaults(card)
+    """Warp rows with two positions per lane (Note [two positions per lane]) where the input is channels-fast,
+    aligned for vector loads, and the output positions-fast (Qwen's layout), else the default tile, with vector loads
+    where they are allowed (Note [vector loads of a channels-fast input]). On the H200 (tenth session,
+    probe_session10_conv_pairs.json, one run) Qwen's conv ran 29.9 us in pairs' rows of 256 positions x 16 channels
+    against 33.9 us for the warp rows of 128 x 32 with a lane per position, the ninth session's root (which had run
+    33.9 us against the vector tile's 39.1); in the eighth session the vector tile ran 39.0 us against the scalar
+    tile's 52.3 and the best register window's 40.3 us."""
+    return _widest(card, defaults(card, "pairs")) or _widest(card, defaults(card)) or defaults(card)
 
 
 def seeds(card: OperatorCard) -> list[dict[str, Any]]:
-    """The root, then the vector tile, a register window and the scalar tile where they differ from it."""
+    """The root, then the warp rows with a lane per position, the vector tile, a register window and the scalar tile
+    where they differ from it."""
     out = [root_params(card)]
-    for p in (_widest(card, defaults(card)), _widest(card, defaults(card, "window")), defaults(card)):
+    for p in (_widest(card, defaults(card, "rows")), _widest(card, defaults(card)),
+              _widest(card, defaults(card, "window")), defaults(card)):
         if p is not None and p not in out:
             out.append(p)
     return out
@@ -121,10 +131,13 @@ def _channels_fast(card: OperatorCard) -> bool:
     return x.stride[1] == 1 and x.stride[2] != 1
 
 
-def _position_tiles(p: dict[str, Any], l_out: int) -> int:
+def _position_tiles(card: OperatorCard, p: dict[str, Any]) -> int:
     """The grid's position tiles: one per TL outputs, or per ``steps`` of them (Note [the next tile's loads in
-    flight])."""
-    return cdiv(cdiv(l_out, p["tl"]), p.get("steps", 1))
+    flight]); with ``lp`` 2 the rows that start at an odd element have their tiles one position early (Note [two
+    positions per lane])."""
+    y = output_spec(card, 0)
+    shifted = p.get("lp", 1) == 2 and (y.stride[0] % 2 or y.stride[1] % 2)
+    return cdiv(cdiv(y.shape[2] + shifted, p["tl"]), p.get("steps", 1))
 
 
 def _positions_fast(card: OperatorCard) -> bool:
@@ -141,8 +154,8 @@ def _block(p: dict[str, Any]) -> int:
 def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     n, c, _, l_out, k, _ = _dims(card)
     tl, tc, strategy = p.get("tl", 0), p.get("tc", 0), p.get("strategy")
-    if strategy not in ("tile", "window", "rows") or tl not in (16, 32, 64, 128, 256) or \
-            tc not in (8, 16, 32, 64, 128):
+    if strategy not in ("tile", "window", "rows") or tl not in (16, 32, 64, 128, 256, 512) or \
+            tc not in (8, 16, 32, 64, 128) or (tl == 512 and "lp" not in p):  # 512: pairs' rows only
         return False
     if "vec" in p:  # Note [vector loads of a channels-fast input]
         x, vec = input_spec(card, "input"), p["vec"]
@@ -162,14 +175,16 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         if "vec" not in p or not _positions_fast(card) or tl % 32 or block not in (64, 128, 256, 512) or \
                 block // 32 > tc or p.get("steps", 2) not in (2, 4, 8):  # one step: no key
             return False
+        if p.get("lp", 2) != 2 or ("lp" in p and (tl % 64 or "steps" in p)):  # one position per lane: no key
+            return False
         smem = (tc * _rows_stride(p, k) + tc * (k + 1)) * 4
     else:
         smem, block = _smem_bytes(p, k), p.get("block", 0)
         if tc > 64 or block not in (64, 128, 256, 512) or block > tl * tc:
             return False
-    if "steps" in p and strategy != "rows":
+    if ("steps" in p or "lp" in p) and strategy != "rows":
         return False
-    tiles_y = _position_tiles(p, l_out) if p.get("cfirst") else cdiv(c, tc)
+    tiles_y = _position_tiles(card, p) if p.get("cfirst") else cdiv(c, tc)
     return smem <= STATIC_SMEM_LIMIT and tiles_y <= 65535 and n <= 65535 and cdiv(l_out, tl) * cdiv(c, tc) < 2**31
 
 
@@ -181,9 +196,11 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
                                                  "block": _block(p), "vec": p["vec"], **_order(p)}))
     elif p["strategy"] == "rows":
         one = {k: v for k, v in p.items() if k != "steps"}  # one step: no key
-        acts.append(("strategy rows -> tile", {**one, "strategy": "tile"}))
+        single = {k: v for k, v in one.items() if k != "lp"}  # one position per lane: no key
+        acts.append(("strategy rows -> tile", {**single, "strategy": "tile"}))
+        acts.append((f"lp {p.get('lp', 1)} -> {3 - p.get('lp', 1)}", single if "lp" in p else {**one, "lp": 2}))
         steps = p.get("steps", 1)  # Note [the next tile's loads in flight]
-        acts += [(f"steps {steps} -> {q}", {**one, "steps": q} if q > 1 else one) for q in (steps // 2, steps * 2)
+        acts += [(f"steps {steps} -> {q}", {**single, "steps": q} if q > 1 else one) for q in (steps // 2, steps * 2)
                  if q >= 1]
     else:
         if "vec" in p:
@@ -218,16 +235,18 @@ constexpr long long XS0 = {x.stride[0]}LL, XS1 = {x.stride[1]}LL, XS2 = {x.strid
 constexpr long long YS0 = {y.stride[0]}LL, YS1 = {y.stride[1]}LL, YS2 = {y.stride[2]}LL;
 """
     kernel = _window_kernel(vec, p["r"], has_bias) if p["strategy"] == "window" else \
+        _rows_pairs_kernel(vec, _rows_stride(p, k), has_bias) if p.get("lp") == 2 else \
         _rows_kernel(vec, _rows_stride(p, k), p.get("steps", 1), has_bias) if p["strategy"] == "rows" else \
         _tile_kernel(vec, has_bias)
     source = head + kernel.replace("PARAMS", params)
-    tiles = _position_tiles(p, l_out)
+    tiles = _position_tiles(card, p)
     grid = (cdiv(c, tc), tiles, n) if p.get("cfirst") else (tiles, cdiv(c, tc), n)
     desc = f"depthwise conv1d k={k} {p['strategy']} tl={tl} tc={tc} block={block}" + \
-           (f" steps={p['steps']}" if "steps" in p else "") + \
+           (f" steps={p['steps']}" if "steps" in p else "") + (" 2 positions per lane" if "lp" in p else "") + \
            (" (input channels-fast)" if _channels_fast(card) else "") + (f" vec={vec}" if vec > 1 else "") + \
            (f" r={p['r']}" if p["strategy"] == "window" else "") + (" channel tiles first" if p.get("cfirst") else "")
-    name = {"window": "dwconv1d_window", "rows": "dwconv1d_rows"}.get(p["strategy"], "dwconv1d")
+    name = {"window": "dwconv1d_window", "rows": "dwconv1d_rows2" if "lp" in p else "dwconv1d_rows"}.get(
+        p["strategy"], "dwconv1d")
     return make_candidate(source, [launch(name, grid, block, args)], desc, p, align_of(vec, [x]))
 
 
@@ -324,6 +343,115 @@ extern "C" __global__ __launch_bounds__(NT) void dwconv1d_window(PARAMS) {{
 }}
 """
 
+
+
+def _rows_pairs_kernel(vec: int, rs: int, has_bias: bool) -> str:
+    """Note [two positions per lane]: the warp rows with each lane on two adjacent outputs, read from shared memory
+    as float2 and stored as one pair."""
+    return f"""
+constexpr int VEC = {vec}, RS = {rs}, NW = NT / 32, RP = TL / 64, NV = TC / VEC, NQ = (K + 2) / 2;
+constexpr int HALO2 = TL + K + 1;  // input positions l0 - 2 - PAD ... : the tile for either parity of a row
+constexpr int VL = NV < 4 ? NV : 4, PL = 32 / VL, VCH = NV / VL, PCH = (HALO2 + PL - 1) / PL;
+constexpr int PER = (PCH * VCH * 32 + NT - 1) / NT;  // loads per thread, all in flight before the first store
+constexpr bool ODD = ((YS0 | YS1) & 1) != 0;  // may a row start at an odd element (then its tiles shift by one)
+
+// y[n, c, l] = bias[c] + sum_k w[c, 0, k] * x[n, c, l - PAD + k] (zero outside the input), fp32, k ascending.
+extern "C" __global__ __launch_bounds__(NT) void dwconv1d_rows2(PARAMS) {{
+  __shared__ __align__(16) float s[TC][RS];  // channel rows; RS even (float2 reads), 2 mod 4 (see the Note)
+  __shared__ float ws[TC][K + 1];  // the block's weights (and bias), read once from global memory
+  // Note [channel tiles first]
+  const int l0 = (CFIRST ? blockIdx.y : blockIdx.x) * TL, c0 = (CFIRST ? blockIdx.x : blockIdx.y) * TC;
+  const long long n = blockIdx.z;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  Pack<T, VEC> xv[PER];  // a warp's load: VL vectors at each of PL positions
+#pragma unroll
+  for (int t = 0; t < PER; ++t) {{
+    const int e = threadIdx.x + t * NT, ln = e & 31, ch = e >> 5;
+    const int v = (ch % VCH) * VL + ln / PL, j = (ch / VCH) * PL + ln % PL;
+    const int c = c0 + v * VEC;
+    const long long l = (long long)l0 - 2 - PAD + j;
+    if (ch < PCH * VCH && j < HALO2 && c < C && l >= 0 && l < LIN) {{
+      xv[t] = ldp<T, VEC>(x + n * XS0 + c + l * XS2);
+    }} else {{
+#pragma unroll
+      for (int u = 0; u < VEC; ++u) xv[t].v[u] = from_f<T>(0.f);
+    }}
+  }}
+  for (int e = threadIdx.x; e < TC * (K + 1); e += NT) {{
+    const int i = e / (K + 1), q = e % (K + 1), c = c0 + i;
+    ws[i][q] = c >= C ? 0.f : q < K ? to_f(w[(long long)c * K + q]) : {"to_f(b[c])" if has_bias else "0.f"};
+  }}
+#pragma unroll
+  for (int t = 0; t < PER; ++t) {{
+    const int e = threadIdx.x + t * NT, ln = e & 31, ch = e >> 5;
+    const int v = (ch % VCH) * VL + ln / PL, j = (ch / VCH) * PL + ln % PL;
+    if (ch < PCH * VCH && j < HALO2) {{
+#pragma unroll
+      for (int u = 0; u < VEC; ++u) {{
+        const int i = v * VEC + u;
+        const int at = j - (ODD ? (int)((n * YS0 + (long long)(c0 + i) * YS1) & 1) : 0);  // the row's shift
+        if (at >= 0) s[i][at] = to_f(xv[t].v[u]);
+      }}
+    }}
+  }}
+  __syncthreads();
+  const bool whole = l0 >= 1 && l0 + TL < LOUT;  // block-uniform: every pair of this tile is in the output
+  for (int i = warp; i < TC && c0 + i < C; i += NW) {{  // warp-uniform
+    const int c = c0 + i;
+    float wr[K];
+#pragma unroll
+    for (int q = 0; q < K; ++q) wr[q] = ws[i][q];
+    const float bias = ws[i][K];
+    const long long row = n * YS0 + (long long)c * YS1;
+    const int shift = ODD ? (int)(row & 1) : 0;  // this row's tile starts at l0 - shift: its pairs are aligned
+    const float* sr = s[i] + 2 - 2 * shift + 2 * lane;
+    const int p0 = l0 - shift + 2 * lane;  // the lane's first pair: outputs p0 and p0 + 1, then 64 further on
+    TO* yr = y + row + p0;
+#pragma unroll
+    for (int r = 0; r < RP; ++r) {{
+      float xs[2 * NQ];
+#pragma unroll
+      for (int h = 0; h < NQ; ++h) {{
+        const float2 f = *reinterpret_cast<const float2*>(sr + r * 64 + 2 * h);
+        xs[2 * h] = f.x;
+        xs[2 * h + 1] = f.y;
+      }}
+      float a0 = bias, a1 = bias;
+#pragma unroll
+      for (int q = 0; q < K; ++q) {{
+        a0 = fmaf(wr[q], xs[q], a0);
+        a1 = fmaf(wr[q], xs[q + 1], a1);
+      }}
+      const int p = p0 + r * 64;
+      if (whole || (p >= 0 && p + 1 < LOUT)) {{
+        Pack<TO, 2> o;
+        o.v[0] = from_f<TO>(a0);
+        o.v[1] = from_f<TO>(a1);
+        if constexpr (sizeof(TO) == 2) *reinterpret_cast<unsigned*>(yr + r * 64) = *reinterpret_cast<unsigned*>(&o);
+        else *reinterpret_cast<uint2*>(yr + r * 64) = *reinterpret_cast<uint2*>(&o);  // one store for the pair
+      }} else {{
+        if (p >= 0 && p < LOUT) yr[r * 64] = from_f<TO>(a0);
+        if (p + 1 >= 0 && p + 1 < LOUT) yr[r * 64 + 1] = from_f<TO>(a1);
+      }}
+    }}
+  }}
+}}
+"""
+
+
+# Note [two positions per lane]
+# The warp rows (Note [a warp per output row]) spend about 13 instructions per output: K shared loads, K FMAs, a
+# conversion, a 2-byte store and the branch around them (SASS of the Qwen root, sm_90). With ``lp`` 2 each lane takes
+# two adjacent outputs: it reads the K + 1 inputs they share as (K + 2) / 2 float2 loads, and stores both as one
+# 4-byte pair. A pair must start on an even element, and Qwen's output rows are 2051 long, so every other row starts
+# at an odd one: a row whose start is odd runs its tiles one position early (outputs l0 - 1 ... l0 + TL - 2), which
+# still covers each output once (the grid covers L_out + 1 positions; for a contiguous output, where only an odd L_out
+# makes odd rows, that is no extra tile). The block loads input positions
+# l0 - 2 - PAD ... l0 + TL + K - 2 - PAD (TL + K + 1 of them) and puts each row at an offset of its shift, so every
+# lane's float2 reads are 8-byte aligned. The shared row stride RS is even for those reads and 2 modulo 4, so the fill
+# (8 positions x 4 vectors of 8 per warp) has lanes two to a bank, not four (with 2 vectors of 8, at 16 channels per
+# block, none share one); the reads of consecutive pairs by consecutive lanes are conflict-free. A tile whose pairs all lie in the output stores them without a test
+# (block-uniform); the others test each pair, and store the half of one that lies in it.
 
 # Note [a warp per output row]
 # Profiled on the H200 (ninth session, Nsight Compute, benchmarks/results/h200/ncu_session9.md), the best tile ran
