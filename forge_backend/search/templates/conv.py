@@ -17,12 +17,14 @@ ascending order, rounded once.
   its outputs in shared memory for stores along the output's unit-stride dim.
 - ``rows`` (channels-fast input, positions-fast output; Note [a warp per output row]): the tile goes into shared
   memory as channel rows, and each warp computes whole output rows of it with its channel's weights in registers,
-  a lane per position, so an output costs K shared loads, K FMAs and one store.
+  a lane per position, so an output costs K shared loads, K FMAs and one store. With ``lp`` 2 (Note [two positions
+  per lane]) a lane computes two adjacent outputs from float2 reads and stores them as one pair.
 
-On the H200 (ninth session, benchmarks/results/h200/ops.json, row ``causal_conv1d``): the warp rows ran 34.1 us
-against Inductor's 191.6 us and eager's 297.2 us, at 46% of the copy bandwidth; inside Qwen under Inductor they
-replace ATen's kernel. Before them every tile, window and grid order landed at 39-41 us (40%): Nsight Compute showed
-the tile bound by instructions (Note [a warp per output row]); output rows aligned to 16 bytes did not help.
+On the H200 (tenth session, benchmarks/results/h200/ops.json, row ``causal_conv1d``, run F): the rows with two
+positions per lane ran 30.4 us against Inductor's 193.1 us and eager's 299.3 us, at 52% of the copy bandwidth; inside
+Qwen under Inductor they replace ATen's kernel. The ninth session's lane-per-position rows ran 34.1 us (46%); before
+them every tile, window and grid order landed at 39-41 us (40%): Nsight Compute showed the tile bound by instructions
+(Note [a warp per output row]); output rows aligned to 16 bytes did not help.
 """
 from __future__ import annotations
 
@@ -450,8 +452,19 @@ extern "C" __global__ __launch_bounds__(NT) void dwconv1d_rows2(PARAMS) {{
 # l0 - 2 - PAD ... l0 + TL + K - 2 - PAD (TL + K + 1 of them) and puts each row at an offset of its shift, so every
 # lane's float2 reads are 8-byte aligned. The shared row stride RS is even for those reads and 2 modulo 4, so the fill
 # (8 positions x 4 vectors of 8 per warp) has lanes two to a bank, not four (with 2 vectors of 8, at 16 channels per
-# block, none share one); the reads of consecutive pairs by consecutive lanes are conflict-free. A tile whose pairs all lie in the output stores them without a test
-# (block-uniform); the others test each pair, and store the half of one that lies in it.
+# block, none share one); the reads of consecutive pairs by consecutive lanes are conflict-free. A tile whose pairs
+# all lie in the output stores them without a test (block-uniform); the others test each pair, and store the half of
+# one that lies in it.
+# Measured on the H200 (tenth session, Qwen's [1, 8192, 2048] bf16, each line from one run):
+# - 29.9-30.4 us at 256 positions x 16 channels, 128 threads, against 33.9-34.1 us for the lane-per-position root
+#   (probe_session10_conv_pairs.json, probe_session10_conv_pairs_final.json); Nsight Compute at 128 x 32: 16.4 M
+#   instructions issued (ncu/conv_pairs_first.txt) against the lane-per-position rows' 18.3 M;
+# - a fill with conflict-free stores (16 / VEC vectors per position) together with per-vector flags instead of zero
+#   vectors: slower at most layouts (31.7 against 29.9 us at the root's; probe_session10_conv_pairs_fill.json), with
+#   56 registers and 52% of the warps resident in Nsight Compute;
+# - skipping the rounds of the last, mostly empty tile (Qwen's ninth tile of 256 holds 3 outputs): 30.2 us both
+#   ways; bounding the registers for 48 or 64 resident warps: 67.8 and 101.8 us, the spills dominate
+#   (probe_session10_conv_skip_warps.json). Neither was kept.
 
 # Note [a warp per output row]
 # Profiled on the H200 (ninth session, Nsight Compute, benchmarks/results/h200/ncu_session9.md), the best tile ran
