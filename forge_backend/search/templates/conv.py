@@ -464,7 +464,12 @@ extern "C" __global__ __launch_bounds__(NT) void dwconv1d_rows2(PARAMS) {{
 #   56 registers and 52% of the warps resident in Nsight Compute;
 # - skipping the rounds of the last, mostly empty tile (Qwen's ninth tile of 256 holds 3 outputs): 30.2 us both
 #   ways; bounding the registers for 48 or 64 resident warps: 67.8 and 101.8 us, the spills dominate
-#   (probe_session10_conv_skip_warps.json). Neither was kept.
+#   (probe_session10_conv_skip_warps.json). Neither was kept;
+# - four positions per lane (float4 reads, 8-byte stores, tiles shifted by up to 3) in a kernel generalised over the
+#   positions per lane, its rows placed at offsets that make the fill conflict-free for any RS: timed against this
+#   kernel alternately in one call (probe_session10_conv_lanes_ab.log), 30.4-30.6 us at four per lane and 31.1-31.2
+#   us at two, against this kernel's 30.1-30.4 us. Its first build, with 64-bit remainders per stored element, ran
+#   42 us (probe_session10_conv_lanes_ab_first.log). Not kept.
 
 # Note [a warp per output row]
 # Profiled on the H200 (ninth session, Nsight Compute, benchmarks/results/h200/ncu_session9.md), the best tile ran
