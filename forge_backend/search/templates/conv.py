@@ -353,8 +353,7 @@ def _rows_pairs_kernel(vec: int, rs: int, has_bias: bool) -> str:
     return f"""
 constexpr int VEC = {vec}, RS = {rs}, NW = NT / 32, RP = TL / 64, NV = TC / VEC, NQ = (K + 2) / 2;
 constexpr int HALO2 = TL + K + 1;  // input positions l0 - 2 - PAD ... : the tile for either parity of a row
-constexpr int VL = NV < 4 ? NV : 4, PL = 32 / VL, VCH = NV / VL, PCH = (HALO2 + PL - 1) / PL;
-constexpr int PER = (PCH * VCH * 32 + NT - 1) / NT;  // loads per thread, all in flight before the first store
+{_load_layout("HALO2")}
 constexpr bool ODD = ((YS0 | YS1) & 1) != 0;  // may a row start at an odd element (then its tiles shift by one)
 
 // y[n, c, l] = bias[c] + sum_k w[c, 0, k] * x[n, c, l - PAD + k] (zero outside the input), fp32, k ascending.
@@ -366,23 +365,8 @@ extern "C" __global__ __launch_bounds__(NT) void dwconv1d_rows2(PARAMS) {{
   const long long n = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   Pack<T, VEC> xv[PER];  // a warp's load: VL vectors at each of PL positions
-#pragma unroll
-  for (int t = 0; t < PER; ++t) {{
-    const int e = threadIdx.x + t * NT, ln = e & 31, ch = e >> 5;
-    const int v = (ch % VCH) * VL + ln / PL, j = (ch / VCH) * PL + ln % PL;
-    const int c = c0 + v * VEC;
-    const long long l = (long long)l0 - 2 - PAD + j;
-    if (ch < PCH * VCH && j < HALO2 && c < C && l >= 0 && l < LIN) {{
-      xv[t] = ldp<T, VEC>(x + n * XS0 + c + l * XS2);
-    }} else {{
-#pragma unroll
-      for (int u = 0; u < VEC; ++u) xv[t].v[u] = from_f<T>(0.f);
-    }}
-  }}
-  for (int e = threadIdx.x; e < TC * (K + 1); e += NT) {{
-    const int i = e / (K + 1), q = e % (K + 1), c = c0 + i;
-    ws[i][q] = c >= C ? 0.f : q < K ? to_f(w[(long long)c * K + q]) : {"to_f(b[c])" if has_bias else "0.f"};
-  }}
+{_tile_loads("HALO2", " - 2", "  ")}
+{_block_weights(has_bias)}
 #pragma unroll
   for (int t = 0; t < PER; ++t) {{
     const int e = threadIdx.x + t * NT, ln = e & 31, ch = e >> 5;
@@ -542,13 +526,45 @@ def _tile_load(vec: int) -> str:
   }}"""
 
 
+def _load_layout(span: str) -> str:
+    """C++: how the warp rows' threads split the loads of ``span`` positions of a channels-fast tile (Note [a warp
+    per output row])."""
+    return f"""constexpr int VL = NV < 4 ? NV : 4, PL = 32 / VL, VCH = NV / VL, PCH = ({span} + PL - 1) / PL;
+constexpr int PER = (PCH * VCH * 32 + NT - 1) / NT;  // loads per thread, all in flight before the first store"""
+
+
+def _tile_loads(span: str, before: str, indent: str) -> str:
+    """C++: every load of the tile's ``span`` positions into ``xv``, from input position l0 ``before`` - PAD on
+    (zero outside the input), all issued before any is used."""
+    return "\n".join(indent + line for line in f"""#pragma unroll
+for (int t = 0; t < PER; ++t) {{
+  const int e = threadIdx.x + t * NT, ln = e & 31, ch = e >> 5;
+  const int v = (ch % VCH) * VL + ln / PL, j = (ch / VCH) * PL + ln % PL;
+  const int c = c0 + v * VEC;
+  const long long l = (long long)l0{before} - PAD + j;
+  if (ch < PCH * VCH && j < {span} && c < C && l >= 0 && l < LIN) {{
+    xv[t] = ldp<T, VEC>(x + n * XS0 + c + l * XS2);
+  }} else {{
+#pragma unroll
+    for (int u = 0; u < VEC; ++u) xv[t].v[u] = from_f<T>(0.f);
+  }}
+}}""".split("\n")).replace(indent + "#pragma", "#pragma")
+
+
+def _block_weights(has_bias: bool) -> str:
+    """C++: the block's channels' weights and bias into ``ws``, read once from global memory."""
+    return f"""  for (int e = threadIdx.x; e < TC * (K + 1); e += NT) {{
+    const int i = e / (K + 1), q = e % (K + 1), c = c0 + i;
+    ws[i][q] = c >= C ? 0.f : q < K ? to_f(w[(long long)c * K + q]) : {"to_f(b[c])" if has_bias else "0.f"};
+  }}"""
+
+
 def _rows_kernel(vec: int, rs: int, steps: int, has_bias: bool) -> str:
     """Note [a warp per output row]; ``steps`` position tiles per block, each tile's loads in flight while the one
     before it computes (Note [the next tile's loads in flight])."""
     return f"""
 constexpr int VEC = {vec}, RS = {rs}, NW = NT / 32, RL = TL / 32, NV = TC / VEC, STEPS = {steps};
-constexpr int VL = NV < 4 ? NV : 4, PL = 32 / VL, VCH = NV / VL, PCH = (HALO + PL - 1) / PL;
-constexpr int PER = (PCH * VCH * 32 + NT - 1) / NT;  // loads per thread, all in flight before the first store
+{_load_layout("HALO")}
 
 // y[n, c, l] = bias[c] + sum_k w[c, 0, k] * x[n, c, l - PAD + k] (zero outside the input), fp32, k ascending.
 extern "C" __global__ __launch_bounds__(NT) void dwconv1d_rows(PARAMS) {{
@@ -560,25 +576,10 @@ extern "C" __global__ __launch_bounds__(NT) void dwconv1d_rows(PARAMS) {{
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   Pack<T, VEC> xv[PER];  // a warp's load: VL vectors at each of PL positions
   auto load = [&](int l0) {{
-#pragma unroll
-    for (int t = 0; t < PER; ++t) {{
-      const int e = threadIdx.x + t * NT, ln = e & 31, ch = e >> 5;
-      const int v = (ch % VCH) * VL + ln / PL, j = (ch / VCH) * PL + ln % PL;
-      const int c = c0 + v * VEC;
-      const long long l = (long long)l0 - PAD + j;
-      if (ch < PCH * VCH && j < HALO && c < C && l >= 0 && l < LIN) {{
-        xv[t] = ldp<T, VEC>(x + n * XS0 + c + l * XS2);
-      }} else {{
-#pragma unroll
-        for (int u = 0; u < VEC; ++u) xv[t].v[u] = from_f<T>(0.f);
-      }}
-    }}
+{_tile_loads("HALO", "", "    ")}
   }};
   load(lt0 * TL);  // the tile's loads first: the weights' below wait for their data before storing it
-  for (int e = threadIdx.x; e < TC * (K + 1); e += NT) {{
-    const int i = e / (K + 1), q = e % (K + 1), c = c0 + i;
-    ws[i][q] = c >= C ? 0.f : q < K ? to_f(w[(long long)c * K + q]) : {"to_f(b[c])" if has_bias else "0.f"};
-  }}
+{_block_weights(has_bias)}
   for (int step = 0; step < STEPS; ++step) {{
     const int l0 = (lt0 + step) * TL;
     if (l0 >= LOUT) break;  // block-uniform
