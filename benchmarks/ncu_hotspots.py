@@ -14,15 +14,23 @@ from collections import Counter
 from pathlib import Path
 
 
-def load(path: Path) -> tuple[str, list[dict[str, str]]]:
-    """The kernel name and one dict per SASS instruction."""
+def load(path: Path) -> list[tuple[str, list[dict[str, str]]]]:
+    """Per profiled kernel (a run may profile several, e.g. a scratch fill before the kernel): its name and one dict
+    per SASS instruction."""
     rows = list(csv.reader(path.read_text().splitlines()))
-    start = next((i for i, r in enumerate(rows) if r and r[0] == "Address"), None)
-    if start is None:
+    starts = [i for i, r in enumerate(rows) if r and r[0] == "Kernel Name"] or [0]
+    kernels = []
+    for a, b in zip(starts, starts[1:] + [len(rows)]):
+        part = rows[a:b]
+        start = next((i for i, r in enumerate(part) if r and r[0] == "Address"), None)
+        if start is None:
+            continue
+        name = part[0][1] if part[0] and part[0][0] == "Kernel Name" and len(part[0]) > 1 else "?"
+        header = part[start]
+        kernels.append((name, [dict(zip(header, r)) for r in part[start + 1:] if len(r) == len(header)]))
+    if not kernels:
         raise SystemExit(f"{path}: no 'Address' header row; is it ncu's --page source --csv output?")
-    name = next((r[1] for r in rows[:start] if len(r) > 1 and r[0] == "Kernel Name"), "?")
-    header = rows[start]
-    return name, [dict(zip(header, r)) for r in rows[start + 1:] if len(r) == len(header)]
+    return kernels
 
 
 def _num(text: str) -> float:
@@ -37,7 +45,10 @@ def stall_columns(row: dict[str, str]) -> list[str]:
 
 
 def summarise(path: Path, top: int) -> str:
-    name, rows = load(path)
+    return "\n".join(summarise_kernel(name, rows, top) for name, rows in load(path))
+
+
+def summarise_kernel(name: str, rows: list[dict[str, str]], top: int) -> str:
     if not rows:
         return f"{name}: no instructions"
     cols = stall_columns(rows[0])

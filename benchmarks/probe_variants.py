@@ -47,6 +47,19 @@ def softmax_variants(vec: int) -> list[dict[str, Any]]:
                      tma=True))
     out += list(grid(strategy="cluster", vec=vec, block=[256, 512], cs=[16], cache="smem", keep=[4, 6],
                      stream=[False, True], tma=True))
+    return out + relay_variants(16 // vec)
+
+
+def relay_variants(isz: int) -> list[dict[str, Any]]:
+    """Note [rows relayed through global memory] (`--strategy relay`): pieces of 8-32 KB, 16 consumer warps, 1-4
+    control warps, slots and lags that keep at least one piece loading ahead, in 96-200 KB of shared memory."""
+    from forge_backend.search.templates.relay import relay_smem
+
+    out = []
+    for pe_bytes, nc, k, lag in itertools.product((8192, 16384, 32768), (1, 2, 4), range(3, 17), (1, 2, 3, 4, 6, 8, 10)):
+        p = {"strategy": "relay", "vec": 16 // isz, "pe": pe_bytes // isz, "nw": 16, "nc": nc, "k": k, "lag": lag}
+        if 3 <= k - lag <= 5 and k % nc == 0 and 96 * 1024 <= relay_smem(p, isz) <= 200 * 1024:
+            out.append(p)
     return out
 
 
@@ -76,7 +89,7 @@ def group_norm_variants(vec: int) -> list[dict[str, Any]]:
                      keep=[2, 4, 6, 7, 8], stream=[False, True]))
     out += list(grid(strategy="cluster", vec=vec, block=[256, 512, 1024], cs=[8, 16], cache="smem",
                      keep=[4, 6, 7, 8], stream=True, tma=True))
-    return out
+    return out + relay_variants(16 // vec)  # Note [rows relayed through global memory]: groups as rows
 
 
 def row_norm_variants(vec: int, cols: int) -> list[dict[str, Any]]:

@@ -17,6 +17,11 @@ Arguments, in kernel-parameter order:
 * ``i32:EXPR`` / ``i64:EXPR``  integer arithmetic over the card's named sizes
 * ``f32:NAME``     a float scalar of the op (``eps``) or a float literal
 
+A launch may set ``"cooperative": true``: its blocks wait on one another through global memory, so the runtime
+launches it with ``cuLaunchCooperativeKernel``, which fails (instead of hanging) when the grid cannot be resident at
+once on the device at hand (fewer SMs, less shared memory). The key is left out of the JSON when false, so plans
+written before it existed keep their identity.
+
 Expressions are integers, named sizes, ``+ - * // %``, parentheses, and the functions ``cdiv``, ``min``, ``max``.
 They are parsed with :mod:`ast` and walked by a tiny evaluator: there is no ``eval``.
 """
@@ -80,10 +85,12 @@ class Launch:
     block: tuple[Any, Any, Any]
     args: tuple[str, ...]
     smem: Any = 0
+    cooperative: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"kernel": self.kernel, "grid": list(self.grid), "block": list(self.block), "smem": self.smem,
-                "args": list(self.args)}
+        d = {"kernel": self.kernel, "grid": list(self.grid), "block": list(self.block), "smem": self.smem,
+             "args": list(self.args)}
+        return d | ({"cooperative": True} if self.cooperative else {})
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Launch":
@@ -91,8 +98,11 @@ class Launch:
             grid, block = list(d["grid"]), list(d["block"])
             grid += [1] * (3 - len(grid))
             block += [1] * (3 - len(block))
+            cooperative = d.get("cooperative", False)
+            if not isinstance(cooperative, bool):
+                raise ContractViolation(f"launch entry's 'cooperative' must be true or false, not {cooperative!r}")
             return cls(str(d["kernel"]), tuple(grid[:3]), tuple(block[:3]), tuple(str(a) for a in d["args"]),
-                       d.get("smem", 0))
+                       d.get("smem", 0), cooperative)
         except (KeyError, TypeError) as e:
             raise ContractViolation(f"launch entry is malformed ({e}); it needs kernel, grid, block and args") from e
 
@@ -286,6 +296,7 @@ class ResolvedLaunch:
     block: tuple[int, int, int]
     smem: int
     args: tuple[tuple[str, Any], ...]  # (kind, payload): ("in", name) ("out", i) ("scratch", name) ("i32", 5)
+    cooperative: bool = False
 
 
 def resolve_plan(candidate: Candidate, sizes: Mapping[str, int], floats: Mapping[str, float]) -> tuple[
@@ -300,7 +311,7 @@ def resolve_plan(candidate: Candidate, sizes: Mapping[str, int], floats: Mapping
                 or grid[2] > 65535 or grid[0] >= 2**31:
             raise PlanError(f"launch {l.kernel}: grid {grid}, block {block}, smem {smem} is outside CUDA's limits")
         args = tuple(_resolve_arg(a, sizes, floats) for a in l.args)
-        launches.append(ResolvedLaunch(l.kernel, grid, block, smem, args))  # type: ignore[arg-type]
+        launches.append(ResolvedLaunch(l.kernel, grid, block, smem, args, l.cooperative))  # type: ignore[arg-type]
     scratch = tuple((name, evaluate(s.nbytes, sizes), s.zero) for name, s in candidate.scratch)
     for name, nbytes, _ in scratch:
         if nbytes < 0:

@@ -92,3 +92,19 @@ def test_candidate_json_round_trip_and_identity():
     again = Candidate.from_json(c.to_json())
     assert again == c and again.identity() == c.identity()
     assert cand().identity() != c.identity()
+
+
+def test_cooperative_launches_round_trip_and_leave_other_plans_alone():
+    """A launch may ask to be cooperative (every block resident at once, or a launch error); plans without the key
+    keep their JSON and so their identity, and the key must be a bool."""
+    plain = cand()
+    assert "cooperative" not in plain.plan_json()["launches"][0]
+    coop = cand(plan={"launches": [{**PLAN["launches"][0], "cooperative": True}]})
+    assert coop.launches[0].cooperative and coop.plan_json()["launches"][0]["cooperative"] is True
+    assert Candidate.from_json(coop.to_json()) == coop and coop.identity() != plain.identity()
+    (l,), _ = resolve_plan(coop, {"n": 10}, {"alpha": 1.0})
+    assert l.cooperative
+    (l,), _ = resolve_plan(plain, {"n": 10}, {"alpha": 1.0})
+    assert not l.cooperative
+    with pytest.raises(ContractViolation, match="cooperative"):
+        cand(plan={"launches": [{**PLAN["launches"][0], "cooperative": "yes"}]})

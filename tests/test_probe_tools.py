@@ -70,6 +70,18 @@ def test_hotspots_sum_stall_reasons_and_rank_instructions(tmp_path: Path) -> Non
     assert "BAR.SYNC" in hot[1] and "barrier 100%" in hot[1]
 
 
+def test_hotspots_summarise_every_kernel_of_a_profile(tmp_path: Path) -> None:
+    """A profile of a kernel with a zeroed scratch holds the fill kernel first, then the kernel: both are summed,
+    each under its own name and from its own rows."""
+    one = _csv(tmp_path).read_text()
+    path = tmp_path / "two.sass.csv"
+    path.write_text(one.replace("dwconv1d_rows", "fill") + one.replace("dwconv1d_rows", "softmax_relay"))
+    out = ncu_hotspots.summarise(path, top=1).splitlines()
+    heads = [line for line in out if "warp stall samples" in line]
+    assert heads == ["fill: 100 warp stall samples over 3 instructions",
+                     "softmax_relay: 100 warp stall samples over 3 instructions"]
+
+
 def test_hotspots_refuse_a_file_without_the_source_table(tmp_path: Path) -> None:
     path = tmp_path / "details.csv"
     path.write_text('"ID","Kernel Name"\n"0","softmax"\n')

@@ -15,7 +15,8 @@ import template_cards as tc
 from forge_backend.contract import resolve_plan, screen
 from forge_backend.search.proposer import ParentView
 from forge_backend.search.templates import FAMILIES, TemplateProposer, family_for, family_name
-from forge_backend.search.templates.common import freeze
+from forge_backend.search.templates.common import SMS, freeze
+from forge_backend.search.templates.proposer import seed_labels
 
 ACTIONS_PER_CARD = 3  # sampled one-action neighbours of the root, on top of every strategy seed
 
@@ -234,28 +235,34 @@ def test_unmatched_ops_are_left_to_pytorch(name: str) -> None:
 
 def test_root_strategies_fit_the_shape() -> None:
     pick = lambda name: family_for(c := CARDS[name][0]()).root_params(c)  # noqa: E731
-    assert pick("softmax_logits_f32")["strategy"] == "cluster"  # few 1 MB rows: one DRAM read per row
+    assert pick("softmax_logits_f32")["strategy"] == "relay"  # few 1 MB rows, 64 MB: pieces through every SM
+    assert pick("softmax_logits_bf16")["strategy"] == "relay"
+    assert family_for(c := tc.softmax((8, 262144), "float32")).root_params(c)["strategy"] == "cluster"  # 8 MB
     assert pick("softmax_long_rows")["strategy"] == "split"  # too long for 16 blocks' registers
     assert pick("softmax_attn_bf16") == {"strategy": "block", "vec": 8, "block": 128, "cache": "reg"}
     assert pick("softmax_router_f32")["strategy"] == "group"
     assert pick("pool_nchw_f16")["strategy"] == "tile"
     assert pick("pool_cl_f16")["strategy"] == "cl"
-    assert pick("group_norm_vae_bf16") == {"strategy": "sync", "vec": 8, "block": 512, "bpt": 128, "cache": "none",
-                                           "stream": True}  # the probe's best for 2 MB groups
-    assert pick("softmax_logits_f32")["cache"] == "smem"  # 64 KB chunks: the probe's best
-    assert pick("softmax_logits_bf16")["cache"] == "reg"  # 32 KB chunks: registers tie
+    assert pick("group_norm_vae_bf16")["strategy"] == "relay"  # 32 groups of 2 MB: pieces through every SM
+    gn_sync = family_for(c := CARDS["group_norm_vae_bf16"][0]()).defaults(c, "sync")
+    assert gn_sync == {"strategy": "sync", "vec": 8, "block": 512, "bpt": 128, "cache": "none",
+                       "stream": True}  # the sync's best for 2 MB groups
+    cluster = lambda name: family_for(c := CARDS[name][0]()).defaults(c, "cluster")  # noqa: E731
+    assert cluster("softmax_logits_f32")["cache"] == "smem"  # 64 KB chunks: the probe's best
+    assert cluster("softmax_logits_bf16")["cache"] == "reg"  # 32 KB chunks: registers tie
     assert pick("group_norm_big_f32")["strategy"] == "split"  # 16 MB groups: too many chunks to keep resident
     assert pick("softmax_4097_f32")["vec"] == 1  # 4097 * 4 bytes is not a multiple of 16
+    assert pick("softmax_fused_softcap")["vec"] == 4  # bf16 logits, fp32 after the prologue: 8-byte loads already
 
 
 def test_cluster_softmax_can_keep_its_chunk_in_shared_memory() -> None:
     """cache=smem: the chunk (64 KB of a 1 MB fp32 row over 16 blocks) is dynamic shared memory, so the launch asks
-    for it; it is the root there, and registers are one action away."""
+    for it; it is the cluster's default there (a seed after the relay), and registers are one action away."""
     from forge_backend.search.templates import softmax as sm
 
     card = CARDS["softmax_logits_f32"][0]()
-    smem = sm.root_params(card)
-    assert smem["strategy"] == "cluster" and smem["cache"] == "smem"
+    smem = sm.defaults(card, "cluster")
+    assert smem in sm.seeds(card) and smem["cache"] == "smem"
     root = dict(sm.actions(card, smem))["cache smem -> reg"]
     launches, _ = resolve_plan(sm.generate(card, smem), card.sizes, card.floats)
     assert launches[0].smem == 262144 // root["cs"] * 4
@@ -270,8 +277,8 @@ def test_group_norm_sync_can_keep_its_chunk_in_shared_memory() -> None:
     from forge_backend.search.templates import group_norm as gn
 
     card = CARDS["group_norm_vae_bf16"][0]()
-    root = gn.root_params(card)
-    assert root["strategy"] == "sync"
+    root = gn.defaults(card, "sync")
+    assert root in gn.seeds(card)
     smem = dict(gn.actions(card, root))["cache none -> smem"]
     big = {**smem, "bpt": 512, "block": 256}  # 128 KB of chunk per block: beyond what registers could hold
     assert gn.valid(card, big) and not gn.valid(card, {**big, "cache": "reg"})
@@ -311,6 +318,77 @@ def test_pipe_softmax_walks_the_rows_with_a_fixed_set_of_clusters() -> None:
     src = sm.generate(fused, q).source
     assert "const XRow xn = x_row(" in src and "ldx<T, VEC>(xn + col)" in src
     _compile_once(sm.generate(fused, q))
+
+
+def test_relay_softmax_streams_pieces_through_every_sm() -> None:
+    """strategy=relay (Note [rows relayed through global memory]): one cooperative block of NW consumer warps and NC
+    control warps per SM, K shared-memory slots of PE elements filled by bulk copies, each piece's partial one marked
+    word in a zeroed scratch. Only for the plain input (a bulk copy moves bytes as they are), 16-byte packs, rows of
+    >= 64 KB, whole packs per lane, slots within shared memory, a lag that leaves loads in flight, and at least as
+    many blocks as a row has pieces."""
+    from forge_backend.search.templates import softmax as sm
+
+    card = CARDS["softmax_logits_f32"][0]()  # [64, 262144] fp32
+    p = sm.defaults(card, "relay")
+    assert p == {"strategy": "relay", "vec": 4, "pe": 8192, "nw": 16, "nc": 1, "k": 6, "lag": 3}
+    assert sm.valid(card, p) and sm.seeds(card)[0] == p and sm.seeds(card)[1]["strategy"] == "cluster"
+    cand = sm.generate(card, p)
+    (l,), scratch = resolve_plan(cand, card.sizes, card.floats)
+    assert l.cooperative and l.grid == (SMS, 1, 1) and l.block == (19 * 32, 1, 1)  # 16 + 1 + loader + publisher
+    assert l.smem == 6 * 32 * 1024 + 1024  # the slots, after 6 x (4 mbarriers, 16 warp partials, a statistic)
+    assert scratch == (("part", 64 * 32 * 8, True),)  # 32 pieces a row, one zeroed word each
+    for needle in ("cp.async.bulk", "st.relaxed.gpu.global.u64", "ld.relaxed.gpu.global.u64", "__trap()"):
+        assert needle in cand.source
+    _compile_once(cand)
+    acts = dict(sm.actions(card, p))
+    assert {"lag 3 -> 4", "lag 3 -> 2", "k 6 -> 5", "pe 8192 -> 4096", "nw 16 -> 8", "nc 1 -> 2"} <= set(acts)
+    assert not sm.valid(card, {**p, "nc": 8}) and not sm.valid(card, {**p, "nw": 28, "nc": 3})  # <= 4, <= 32 warps
+    assert not sm.valid(card, {**p, "nc": 4})  # each resolver takes every use of its slots: nc divides k
+    assert "k 6 -> 7" in acts and not sm.valid(card, {**p, "k": 8})  # 7 slots of 32 KB fit, 8 do not
+    assert not sm.valid(card, {**p, "lag": 5})  # the lag must leave slots for loads in flight
+    few = {**p, "pe": 512, "nw": 4, "k": 12}  # 512 pieces a row for 132 blocks: up to 4 a block, so the consumers
+    assert not sm.valid(card, {**few, "lag": 2}) and sm.valid(card, {**few, "lag": 3})  # must reduce 3 past one
+    assert not sm.valid(card, {**p, "pe": 128, "nw": 1, "k": 16, "lag": 14})  # 2048 pieces a row: too many to poll
+    assert not sm.valid(card, {**p, "pe": 8192 + 64})  # each of the 16 warps takes whole 32-lane rounds of packs
+    log = tc.softmax((3, 70000), "float32", log=True)
+    assert sm.valid(log, sm.defaults(log, "relay"))
+    _compile_once(sm.generate(log, sm.defaults(log, "relay")))  # a last piece of 4464 elements, log_softmax
+    odd = tc.softmax((3, 70001), "float32")
+    assert not sm.valid(odd, {**sm.defaults(odd, "relay"), "vec": 4})  # rows not a multiple of 16 bytes
+    short = CARDS["softmax_1024_bf16"][0]()
+    assert not sm.valid(short, sm.defaults(short, "relay"))  # 2 KB rows: one block per row does it
+    fused = CARDS["softmax_fused_softcap"][0]()
+    assert not sm.valid(fused, sm.defaults(fused, "relay"))  # the copy engine cannot run a prologue
+
+
+def test_relay_group_norm_takes_groups_as_rows() -> None:
+    """strategy=relay for group norms (Note [rows relayed through global memory]): a group is a row of
+    group_size elements; each piece publishes (mean, M2) and its count follows from its place in the group, so the
+    pieces combine with Chan's formula; the resolver of a group's first piece stores mean and rstd. Groups of >=
+    256 KB, 16-byte packs that never straddle a channel."""
+    from forge_backend.search.templates import group_norm as gn
+
+    card = tc.group_norm(1, 512, 256, 256, dtype="bfloat16")  # 32 groups of 2 MB, every output used
+    p = gn.defaults(card, "relay")
+    assert p == {"strategy": "relay", "vec": 8, "pe": 16384, "nw": 16, "nc": 1, "k": 6, "lag": 3}
+    assert gn.valid(card, p) and p in gn.seeds(card)
+    cand = gn.generate(card, p)
+    (l,), scratch = resolve_plan(cand, card.sizes, card.floats)
+    assert l.cooperative and l.grid == (SMS, 1, 1) and l.block == (19 * 32, 1, 1)
+    assert [a for a, _ in l.args] == ["in", "in", "in", "out", "out", "out", "f32", "scratch", "i64"]
+    assert l.args[-1] == ("i64", 32) and scratch == (("part", 32 * 64 * 8, True),)  # 64 pieces a group
+    assert l.smem == 1792 + 6 * 32768  # the head holds 16-byte (count, mean, M2) partials
+    assert "typedef Chan Op;" in cand.source and "if (c0 == 0) { mean_out[row]" in cand.source
+    _compile_once(cand)
+    assert not gn.valid(card, {**p, "vec": 4})  # 8-byte packs
+    small = tc.group_norm(2, 96, 64, 64, dtype="bfloat16")  # 24 KB groups: a cluster holds them
+    assert not gn.valid(small, gn.defaults(small, "relay"))
+    odd = tc.group_norm(1, 64, 200, 200, groups=8, dtype="float32", affine=False)  # a last piece of 520 elements
+    q = gn.defaults(odd, "relay")
+    assert gn.valid(odd, q) and "w[c]" not in gn.generate(odd, q).source
+    _compile_once(gn.generate(odd, q))
+    acts = dict(gn.actions(card, p))
+    assert {"nc 1 -> 2", "lag 3 -> 2", "pe 16384 -> 8192", "strategy relay -> cluster"} <= set(acts)
 
 
 def test_group_norm_cluster_keeps_each_group_on_one_cluster() -> None:
@@ -389,10 +467,10 @@ def test_softmax_cluster_keeps_part_of_its_chunk_and_rereads_the_rest_first() ->
         c = CARDS[name][0]()
         kept = sm.kept_seed(c)
         assert sm.seeds(c)[1] == kept and kept["cache"] == "smem" and kept["strategy"] == "cluster"
-        root = sm.root_params(c)
+        root = sm.defaults(c, "cluster")
         packs = -(-sm.chunk_of(c.sizes["cols"], root["cs"], root["vec"]) // (root["block"] * root["vec"]))
         assert kept["keep"] == packs // 2 and {k: v for k, v in kept.items() if k not in ("cache", "keep")} == \
-            {k: v for k, v in root.items() if k != "cache"}  # the root's layout, half kept
+            {k: v for k, v in root.items() if k != "cache"}  # the cluster's default layout, half kept
     assert sm.kept_seed(CARDS["softmax_1024_bf16"][0]()) is None  # 2 KB rows: no cluster
     fused = CARDS["softmax_fused_softcap"][0]()
     q = {**sm.defaults(fused, "cluster"), "cache": "smem"}
@@ -432,8 +510,9 @@ def test_a_chunk_fetched_by_the_copy_engine() -> None:
     from forge_backend.search.templates import softmax as sm
 
     card = CARDS["softmax_logits_f32"][0]()
-    assert sm.root_params(card)["vec"] == 2 and not sm.valid(card, {**sm.root_params(card), "tma": True})
-    p = {**sm.root_params(card), "vec": 4, "tma": True}  # the whole-chunk smem cluster, 16-byte packs
+    cluster = sm.defaults(card, "cluster")
+    assert cluster["vec"] == 2 and not sm.valid(card, {**cluster, "tma": True})
+    p = {**cluster, "vec": 4, "tma": True}  # the whole-chunk smem cluster, 16-byte packs
     assert sm.valid(card, p) and p["cache"] == "smem"
     src = sm.generate(card, p).source
     assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in src
@@ -442,14 +521,14 @@ def test_a_chunk_fetched_by_the_copy_engine() -> None:
     kept = {**sm.kept_seed(card), "vec": 4, "keep": 4, "tma": True}
     assert "min(KEEP * NT * VEC, cend - cbeg)" in sm.generate(card, kept).source
     _compile_once(sm.generate(card, kept))
-    assert "bulk_fill" not in sm.generate(card, sm.root_params(card)).source
+    assert "bulk_fill" not in sm.generate(card, cluster).source
     assert not sm.valid(card, {**p, "vec": 2})  # 8-byte packs
     assert not sm.valid(card, {**p, "cache": "reg"}) and not sm.valid(card, {**p, "tma": 1})
     assert not sm.valid(card, {**sm.defaults(card, "split"), "tma": True})  # no chunk in shared memory
     fused = CARDS["softmax_fused_softcap"][0]()
     assert not sm.valid(fused, {**sm.defaults(fused, "cluster"), "cache": "smem", "tma": True})  # a prologue
-    wide = {**sm.root_params(card), "vec": 4}  # one action from the root (vec 2 -> 4)
-    assert dict(sm.actions(card, sm.root_params(card)))["vec 2 -> 4"] == wide
+    wide = {**cluster, "vec": 4}  # one action from the cluster's default (vec 2 -> 4)
+    assert dict(sm.actions(card, cluster))["vec 2 -> 4"] == wide
     assert dict(sm.actions(card, wide))["tma False -> True"] == p
     assert dict(sm.actions(card, p))["tma True -> False"] == wide
     g = CARDS["group_norm_vae_bf16"][0]()
@@ -458,7 +537,8 @@ def test_a_chunk_fetched_by_the_copy_engine() -> None:
     src = gn.generate(g, q).source
     assert "bulk_fill(dsm, xg + beg, (unsigned)(min((I)KEEP * NT * VEC, end - beg) * sizeof(T)), &bar);" in src
     _compile_once(gn.generate(g, q))
-    assert not gn.valid(g, {**gn.root_params(g), "tma": True})  # the sync strategy: no cluster chunk
+    assert not gn.valid(g, {**gn.defaults(g, "sync"), "tma": True})  # the sync strategy: no cluster chunk
+    assert not gn.valid(g, {**gn.root_params(g), "tma": True})  # nor the relay
 
 
 def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
@@ -578,7 +658,9 @@ def test_proposer_root_then_strategies_then_exhausted() -> None:
     seeds = fam.seeds(card)
     assert len(seeds) > 1 and got[0].params == fam.root_params(card) and got[0].action == "template root"
     assert [p.params for p in got] == seeds
-    assert [p.action for p in got[1:]] == [f"template strategy {s['strategy']}" for s in seeds[1:]]
+    labels = [f"template {label}" for label in seed_labels(seeds)[1:]]
+    assert [p.action for p in got[1:]] == labels and len(set(labels)) == len(labels)
+    assert "template strategy cluster (keep=None)" in labels  # the whole chunk, after the kept-in-part seed
     assert prop.propose(card, _root_view(), rng) is None
 
 

@@ -145,6 +145,66 @@ def test_chunk_kept_in_part_passes_the_verifier(case):
     check(card, params)
 
 
+# Note [rows relayed through global memory]: last pieces shorter than the others (warps past the row's end),
+# log_softmax, fp16 and bf16, one packed word per lane (fp16, nw=2, 128 pieces a row), one row, slots reused many
+# times (k=3), one to four control warps, the anchor shapes
+RELAY = [
+    (tc.softmax((3, 70000), "float32", log=True), {"pe": 8192, "nw": 16, "nc": 1, "k": 6, "lag": 2}),
+    (tc.softmax((5, 33000), "bfloat16"), {"pe": 4096, "nw": 8, "nc": 2, "k": 4, "lag": 2}),
+    (tc.softmax((7, 65536), "float16"), {"pe": 512, "nw": 2, "nc": 3, "k": 3, "lag": 1}),
+    (tc.softmax((1, 131072), "float32"), {"pe": 2048, "nw": 4, "nc": 1, "k": 5, "lag": 3}),
+    (tc.softmax((64, 262144), "float32"), {"pe": 4096, "nw": 16, "nc": 4, "k": 8, "lag": 3}),
+    (tc.softmax((64, 248320), "bfloat16", log=True), {"pe": 8192, "nw": 8, "nc": 2, "k": 8, "lag": 4}),
+    # more pieces a row than blocks: 538 pieces, up to 5 of them in one block's run (lag 4); 256 in a group norm
+    (tc.softmax((2, 1100000), "float32"), {"pe": 2048, "nw": 16, "nc": 1, "k": 7, "lag": 4}),
+    (tc.group_norm(1, 64, 512, 512, groups=8, dtype="float32"), {"pe": 8192, "nw": 16, "nc": 2, "k": 6, "lag": 2}),
+    # group norms: last pieces of 520 and 512 elements, channels that end inside pieces, mean and rstd stored, no
+    # affine, the anchor shapes
+    (tc.group_norm(1, 64, 200, 200, groups=8, dtype="float32"), {"pe": 8192, "nw": 16, "nc": 1, "k": 6, "lag": 3}),
+    (tc.group_norm(1, 32, 136, 136, groups=4, dtype="bfloat16"), {"pe": 8192, "nw": 8, "nc": 2, "k": 8, "lag": 4}),
+    (tc.group_norm(1, 32, 136, 136, groups=4, dtype="float16", affine=False), {"pe": 4096, "nw": 4, "nc": 1, "k": 5,
+                                                                               "lag": 2}),
+    (tc.group_norm(1, 512, 256, 256, dtype="bfloat16", used=(0,)), {"pe": 16384, "nw": 16, "nc": 1, "k": 6,
+                                                                    "lag": 3}),
+    (tc.group_norm(1, 512, 128, 128, dtype="float32", used=(0,)), {"pe": 8192, "nw": 16, "nc": 2, "k": 6, "lag": 2}),
+]
+
+
+@pytest.mark.parametrize("case", RELAY, ids=lambda c: f"{c[0].op.removeprefix('aten.')}-" +
+                         "x".join(map(str, c[0].inputs[0].spec.shape)) +
+                         f"-{c[0].inputs[0].spec.dtype}-pe{c[1]['pe']}-nw{c[1]['nw']}")
+def test_relay_passes_the_verifier(case):
+    card, knobs = case
+    fam = family_for(card)
+    params = {**fam.defaults(card, "relay"), **knobs}
+    assert fam.valid(card, params), params
+    check(card, params)
+
+
+def test_relay_is_captured_and_replayed_by_a_cuda_graph():
+    """A relay kernel's cooperative launch, with its zeroed scratch, is captured by a CUDA graph (as Inductor's
+    cudagraph trees would) and gives the right answer when replayed on new data."""
+    card = tc.softmax((64, 262144), "float32")
+    fam = family_for(card)
+    params = fam.root_params(card)
+    assert params["strategy"] == "relay"
+    cand = fam.generate(card, params)
+    run = Launcher(card, cand, compile_candidate(cand, card.arch).cubin, DEV)
+    x = torch.randn(64, 262144, device=DEV) * 4
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run([x])  # warm-up off the capture, as torch.cuda.graphs asks
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        (out,) = run([x])
+    x.copy_(torch.randn(64, 262144, device=DEV) * 4)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, torch.softmax(x, -1), rtol=1e-3, atol=1e-9)
+
+
 # Note [a warp per output row]: channel tiles past C, position tails, a 7-tap halo, a bias, 2 and 4 vectors per
 # position group of a warp's load, every vector width
 CONV_ROWS = [

@@ -185,7 +185,12 @@ class Launcher:
                         slot.value = outputs[self.out_index[payload]].data_ptr()
                     else:
                         slot.value = scratch[payload].data_ptr()
-                err = drv.cuLaunchKernel(self.module.functions[launch.kernel], *launch.grid, *launch.block,
-                                         launch.smem, stream, block.address, 0)[0]
+                fn = self.module.functions[launch.kernel]
+                if launch.cooperative:  # every block resident at once, or an error (never a hang)
+                    err = drv.cuLaunchCooperativeKernel(fn, *launch.grid, *launch.block, launch.smem, stream,
+                                                        block.address)[0]
+                else:
+                    err = drv.cuLaunchKernel(fn, *launch.grid, *launch.block, launch.smem, stream, block.address, 0)[0]
                 if int(err) != 0:
-                    raise CandidateFailure("launch", f"cuLaunchKernel({launch.kernel}) failed: {err}")
+                    what = "cuLaunchCooperativeKernel" if launch.cooperative else "cuLaunchKernel"
+                    raise CandidateFailure("launch", f"{what}({launch.kernel}) failed: {err}")

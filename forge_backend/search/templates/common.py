@@ -236,11 +236,11 @@ def align_of(vec: int, specs: Iterable[TensorSpec]) -> int:
     return max((vec * ITEMSIZE[s.dtype] for s in specs), default=1) if vec > 1 else 1
 
 
-def launch(kernel: str, grid: Any, block: Any, args: list[str], smem: Any = 0) -> Launch:
+def launch(kernel: str, grid: Any, block: Any, args: list[str], smem: Any = 0, cooperative: bool = False) -> Launch:
     grid = tuple(grid) if isinstance(grid, (list, tuple)) else (grid,)
     block = tuple(block) if isinstance(block, (list, tuple)) else (block,)
     return Launch(kernel, tuple(grid) + (1,) * (3 - len(grid)), tuple(block) + (1,) * (3 - len(block)), tuple(args),
-                  smem)
+                  smem, cooperative)
 
 
 def make_candidate(source: str, launches: list[Launch], description: str, params: dict[str, Any], align: int = 1,
@@ -326,9 +326,10 @@ def row_offset(out: TensorSpec, x: TensorSpec, row: str = "row") -> str:
 # 44.9; bf16: 26.8 against 27.4; group norm [1,512,256,256] bf16: best 52.2 against 49.7 for the same kept layouts
 # loaded through registers; [1,512,128,128] fp32: 25.2 against 24.7 (seventh session's kept-in-part best). It stays
 # an action: the search can still try it on shapes not probed.
-TMA_HELPERS = r"""
+SMEM_ADDR = r"""
 __device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-// Fill dst[0, bytes) from src with bulk copies of <= 16 KB issued by the first threads, counted on `bar`; every
+"""
+TMA_HELPERS = SMEM_ADDR + r"""// Fill dst[0, bytes) from src with bulk copies of <= 16 KB issued by the first threads, counted on `bar`; every
 // thread of the block returns once all bytes have arrived. bytes: a multiple of 16; dst, src: 16-byte aligned.
 __device__ __forceinline__ void bulk_fill(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
   constexpr unsigned PIECE = 16384;

@@ -89,7 +89,7 @@ def _strategy(p: dict[str, Any]) -> str:
 def seed_labels(seeds: list[dict[str, Any]], root: bool = True) -> list[str]:
     """One distinct label per seed: ``root`` (when ``root``), then ``strategy NAME``; a seed whose strategy an earlier
     seed already has (the group norm's kept-in-part cluster beside its plain cluster) also names the knobs it sets
-    differently from that one. The search skips an action its parent's children already took, so two seeds under
+    differently from that one (``keep=None`` where it leaves out one that one sets). The search skips an action its parent's children already took, so two seeds under
     one label would lose the second."""
     out: list[str] = []
     first: dict[str, dict[str, Any]] = {}
@@ -100,7 +100,7 @@ def seed_labels(seeds: list[dict[str, Any]], root: bool = True) -> list[str]:
         name = _strategy(p)
         if name in first:
             other = first[name]
-            diff = " ".join(f"{k}={p[k]}" for k in sorted(p) if other.get(k, None) != p[k])
+            diff = " ".join(f"{k}={p.get(k)}" for k in sorted(set(p) | set(other)) if other.get(k) != p.get(k))
             out.append(f"{name} ({diff})")
         else:
             first[name] = p

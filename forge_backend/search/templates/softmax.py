@@ -23,6 +23,8 @@ Strategies (``params["strategy"]``):
               and stores overlap the next row's loads. It was meant to answer the 2.6 waves of row-sized clusters
               of the one-pass ``cluster``, and lost to it on the H200 (seventh session, probe_pipe.json, same run:
               [64, 262144] fp32 51.6 us against 44.8 us, bf16 37.4 against 27.1 us); it stays in the space.
+* ``relay``   rows of >= 64 KB streamed through the whole GPU in pieces, a warp per worker, each piece's (max, sum)
+              relayed through global memory (Note [rows relayed through global memory], relay.py).
 
 Note [a chunk kept in part]
 ``cluster`` with ``cache=smem`` and ``keep`` (fewer packs per thread than its chunk has) keeps only its first ``keep``
@@ -60,9 +62,11 @@ from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACH
                      flag_knob, kept_ok, knob, launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill,
                      row_loop, rows_aligned, scale_knob, tma_ok, typedefs, vec_ok, walk_head)
 from .fused import row_loader, row_prologue_dtype
+from .relay import (RELAY_HELPERS, relay_actions, relay_consts, relay_defaults, relay_kernel, relay_scratch,
+                    relay_smem, relay_valid)
 
 OPS = ("aten._softmax.default", "aten._log_softmax.default")
-STRATEGIES = ("group", "block", "cluster", "split", "pipe")
+STRATEGIES = ("group", "block", "cluster", "split", "pipe", "relay")
 
 
 def _fused_matches(card: OperatorCard) -> bool:
@@ -156,11 +160,16 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
         # against 47.0 us in registers, same run (benchmarks/results/h200/probe_smem_softmax.json); bf16's 32 KB
         # chunks tie (27.1 vs 27.3 us) and stay in registers
         cache = "smem" if 32 * 1024 < chunk * isz <= 64 * 1024 else "reg"
-        if cache == "smem" and isz == 4 and vec == 4:
+        if cache == "smem" and isz == 4 and vec * ITEMSIZE[main_input(card).dtype] == 16:
             # 8-byte loads into shared memory: [64, 262144] fp32 ran 43.2 us at vec=2 against 44.7 at vec=4 (probe,
-            # eighth session, probe_narrow.json; its ops search found the same, 42.5 against 44.4); vec=1 lost
+            # eighth session, probe_narrow.json; its ops search found the same, 42.5 against 44.4); vec=1 lost.
+            # The loads' width is the input's: a fused prologue over bf16 logits (fp32 after it) already loads 8
+            # bytes at vec=4, and halving it to 4-byte loads cost the soft-capped softmax 63.7 against 54.3 us
+            # (eleventh session's run G against the eighth's A0, ops_trees_session*.txt)
             vec = 2
         return {"strategy": "cluster", "vec": vec, "block": block, "cs": cs, "cache": cache, "stream": False}
+    if strategy == "relay":
+        return relay_defaults(isz)
     if strategy == "pipe":  # 64 KB chunks: 64 KB of prefetch registers and 64 KB of shared memory per block
         cs = next((c for c in (2, 4, 8, 16) if chunk_of(cols, c, vec) * isz <= 64 * 1024), 16)
         block = clamp(pow2_ceil(cdiv(chunk_of(cols, cs, vec), vec * 8)), 128, 1024)
@@ -174,6 +183,10 @@ def root_params(card: OperatorCard) -> dict[str, Any]:
     rows, cols, isz = _dims(card)
     row_bytes = cols * isz
     order = ("group",) if row_bytes <= 4096 else ("block",) if row_bytes <= 64 * 1024 else ()
+    if row_bytes >= 256 * 1024 and rows * row_bytes >= 16 * 2**20:
+        # Note [rows relayed through global memory]: [64, 262144] fp32 ran 38.8 us against the cluster's 43.6, bf16
+        # 26.8 against 27.5 (eleventh session, probe_relay.json, same run); the cluster stays the second seed
+        order = ("relay",)
     for s in order + ("cluster", "split", "block"):
         p = defaults(card, s)
         if valid(card, p):
@@ -210,6 +223,8 @@ def _packs(card: OperatorCard, p: dict[str, Any]) -> int:
 def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     rows, cols, isz = _dims(card)
     s, vec, block = p.get("strategy"), p.get("vec", 0), p.get("block", 0)
+    if s == "relay":  # Note [rows relayed through global memory]: the input as is, rows of >= 64 KB
+        return not _fused(card) and cols * isz >= 64 * 1024 and _vec_ok(card, vec) and relay_valid(p, rows, cols, isz)
     if s not in STRATEGIES or not _vec_ok(card, vec) or block % 32 or not 32 <= block <= 1024:
         return False
     if "tma" in p and not (tma_ok(p, isz) and not _fused(card)):
@@ -282,6 +297,8 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
         acts.append(knob(p, "reverse", not p["reverse"]))
     if p["strategy"] in ("cluster", "split", "pipe"):
         acts.append(knob(p, "stream", not p.get("stream", False)))
+    if p["strategy"] == "relay":
+        acts += relay_actions(p)
     return filter_actions(card, p, acts, valid)
 
 
@@ -554,13 +571,65 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_fin({_x_params(card)}, 
 """
 
 
+_RELAY_REDUCE = """
+      P pk[NPL];
+      float m = -CUDART_INF_F;
+#pragma unroll
+      for (int i = 0; i < NPL; ++i)
+        if (c0 + wc + (i * 32 + lane) * VEC < COLS) {
+          pk[i] = sp[i * 32 + lane];
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) m = fmaxf(m, to_f(pk[i].v[j]));
+        }
+      m = group_all<32, 32>(m, Max(), (float*)nullptr);
+      float sum = 0.f;
+#pragma unroll
+      for (int i = 0; i < NPL; ++i)
+        if (c0 + wc + (i * 32 + lane) * VEC < COLS) {
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) sum += sexp(to_f(pk[i].v[j]), m);
+        }
+      sum = group_all<32, 32>(sum, Sum(), (float*)nullptr);
+      const V v = make_float2(m, sum);"""
+
+
+def _relay_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
+    """Note [rows relayed through global memory] (relay.py): a piece's (max, sum), combined with MaxSum."""
+    val = "to_f(p.v[j]) - m - lse" if log else "__expf(to_f(p.v[j]) - m) * inv"
+    pre = "const float lse = __logf(st.y);" if log else "const float inv = 1.f / st.y;"
+    write = f"""
+      const float m = st.x;
+      {pre}
+      TO* yr = y + row * COLS;
+#pragma unroll
+      for (int i = 0; i < NPL; ++i) {{
+        const int col = c0 + wc + (i * 32 + lane) * VEC;
+        if (col < COLS) {{
+          const P p = sp[i * 32 + lane];
+          PO o;
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});
+          stp<TO, VEC>(yr + col, o);
+        }}
+      }}"""
+    head = _header(card, p, **relay_consts(p, card.sizes["cols"]))
+    return head + RELAY_HELPERS + """
+typedef float2 V;
+typedef MaxSum Op;
+__device__ __forceinline__ V ident() { return make_float2(-CUDART_INF_F, 0.f); }
+__device__ __forceinline__ float2 pack_stat(V v) { return v; }  // (max, sum of exp): the sum is >= 0
+__device__ __forceinline__ V unpack_stat(float2 f, int) { return f; }
+""" + relay_kernel("softmax_relay", "const T* __restrict__ x, TO* __restrict__ y", _RELAY_REDUCE,
+                   "\n          const float2 fin = a;", write)
+
+
 def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     if not valid(card, p):
         raise ValueError(f"softmax params {p} are not valid for {card.op} rows={card.sizes['rows']} "
                          f"cols={card.sizes['cols']}")
     log = card.op == "aten._log_softmax.default"
     rows, cols, isz = _dims(card)
-    s, block, vec = p["strategy"], p["block"], p["vec"]
+    s, block, vec = p["strategy"], p.get("block", 0), p["vec"]
     what = "log_softmax" if log else f"softmax({card.scalars['expr']})" if _fused(card) else "softmax"
     if s in ("group", "block"):
         rpb = block // p["tpr"] if s == "group" else 1
@@ -578,6 +647,12 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
         launches = [launch("softmax_pipe", p["clusters"] * p["cs"], block, _in_args(card) + ["out:0", "i64:rows"],
                            smem)]
         src, scratch = _pipe_source(card, p, log), None
+    elif s == "relay":  # Note [rows relayed through global memory]: one block per SM, every block resident
+        ppr = cdiv(cols, p["pe"])
+        launches = [launch("softmax_relay", SMS, 32 * (p["nw"] + p["nc"] + 2), ["in:self", "out:0", "scratch:part",
+                                                                         "i64:rows"],
+                           relay_smem(p, isz), cooperative=True)]
+        src, scratch = _relay_source(card, p, log), relay_scratch("rows", ppr)
     else:
         grid = f"rows * {p['splits']}"
         launches = [launch("softmax_part", grid, block, _in_args(card) + ["scratch:part"]),

@@ -1,0 +1,277 @@
+"""The ``relay`` strategy: long rows streamed through the whole GPU, their statistics relayed through global memory.
+
+Note [rows relayed through global memory]
+The one-pass cluster kernels (softmax.py, group_norm.py) hold a row's chunk on chip while its cluster agrees on the
+row's statistics, then write it. At [64, 262144] fp32 (a 1 MB row per cluster of 16 blocks, 64 KB each) 21 clusters
+are resident, so the 64 rows run as three waves and one row, and within a block the loads, the cluster barrier and
+the stores follow one another (Nsight Compute, ninth session: long-scoreboard and barrier stalls).
+
+Here no block owns a row. The tensor is cut into pieces of PE elements of one row (PPR pieces per row, the last one
+shorter); piece ``g`` goes to block ``g mod NB`` (NB = one block per SM), so a block's pieces lie in successive rows.
+Each block runs a warp-specialised pipeline over K shared-memory slots, synchronised by four mbarriers per slot
+(full, reduced, ready, empty):
+
+* the loader warp fills a slot with one bulk copy (cp.async.bulk, its bytes counted on ``full``), the first K pieces
+  at once and each later one as soon as the consumers have written the slot's previous piece (``empty``);
+* NW consumer warps each take a fixed share of the piece: reduce it (softmax: max and sum of exp; group norm: count,
+  mean, M2) into ``wpart`` (``reduced``), and LAG pieces later normalise and store it once its row is resolved
+  (``ready``), then free the slot (``empty``);
+* the publisher warp combines the warps' partials in warp order and stores the piece's partial as one 64-bit word
+  whose top bit marks it written. The scratch is zeroed before the launch, and a single-copy-atomic store is the
+  data and its flag at once, so no fence orders them (the first version, a warp per worker publishing with an
+  acquire-release add on a row counter, ran 62-320 us at [64, 262144] fp32: probe_relay_v1.json);
+* NC resolver warps, each owning the slots c, c + NC, ... (so each sees every use of its slots' mbarriers in order:
+  a waiter that skipped a phase would read the next use's parity as done, which the GPU tests caught), read the
+  row's PPR words until all are marked, combine them in piece order (bit-identical in every run and every block)
+  and hand the row's statistic to the consumers.
+
+So every SM streams its pieces continuously; a piece waits on chip only for its row's exchange, and the rows finish
+in order across the whole GPU instead of in waves of whole rows. Publishing never waits on a resolve: when one warp
+did both, each piece's publish waited for the previous piece's row, one global round trip per piece (56 us at
+[64, 262144] fp32 against 38.8 us decoupled, eleventh session).
+
+Measured (H200, eleventh session, same runs as each root; probe_relay*.json): softmax [64, 262144] fp32 38.8 us
+(81% of the copy bandwidth) against the cluster's 43.6; bf16 26.6-26.8 against 27.5; group norm [1,512,256,256]
+bf16 45.3 against 55.2, fp32 75.4 against 94.2; [1,512,128,128] fp32 24.4 against 32.5. It is the root of softmaxes
+with rows of >= 256 KB and group norms with groups of >= 1 MB, both of >= 16 MB in all (softmax.root_params,
+group_norm.root_params), and a seed wherever else it is valid.
+
+Progress: a block's pieces are NB apart, so one row holds at most c = ceil(PPR / NB) of them, in a run of the block's
+successive pieces; with LAG >= c - 1 the consumers reduce the last of them before they wait for the first one's row,
+and every piece a resolver waits for is published by a block that waits on nothing later. (The first version asked
+NB >= PPR; rows of up to 1024 pieces now qualify, and a resolver whose previous piece was in the same row reuses its
+statistic instead of polling again.) That needs every block resident at once: the launch is cooperative
+(contract.py), so a device with fewer SMs refuses it instead of hanging, and a poll that never ends traps. A kernel
+of another stream that holds SMs only delays the blocks that wait for them.
+
+Needs the input as it is (a bulk copy moves bytes; no fused prologue), 16-byte packs and rows whose byte length is a
+multiple of 16.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .common import SMEM_ADDR, SMEM_LIMIT, SMS, cdiv
+
+RELAY_HELPERS = SMEM_ADDR + r"""
+__device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void bar_wait(unsigned long long* bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done)
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+// One bulk copy of `bytes` (a multiple of 16) into a slot, counted on its `full` mbarrier.
+__device__ __forceinline__ void slot_load(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+}
+// A piece's partial (a, b), b >= 0 or NaN, as one 64-bit word whose bit 63 marks it written (the scratch is zeroed):
+// a single-copy-atomic store is both the data and its flag, so no fence orders them.
+__device__ __forceinline__ void put_part(unsigned long long* p, float2 v) {
+  const unsigned long long w = (unsigned long long)__float_as_uint(v.x) |
+                               ((unsigned long long)(__float_as_uint(v.y) | 0x80000000u) << 32);
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" :: "l"(p), "l"(w) : "memory");
+}
+__device__ __forceinline__ unsigned long long get_part(const unsigned long long* p) {
+  unsigned long long w;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
+  return w;
+}
+__device__ __forceinline__ float2 part_value(unsigned long long w) {
+  return make_float2(__uint_as_float((unsigned)w), __uint_as_float((unsigned)(w >> 32) & 0x7fffffffu));
+}
+"""
+
+RELAY_KEYS = ("pe", "nw", "nc", "k", "lag")
+
+
+def relay_defaults(isz: int) -> dict[str, Any]:
+    """Slots of 32 KB split over 16 consumer warps, one resolver, 6 slots (192 KB of shared memory), a lag of 3
+    pieces: the probe's best at [64, 262144] in both dtypes (eleventh session, probe_relay.json: fp32 38.8 us, bf16
+    26.8 us; bf16's best, 26.6 us, had two resolvers)."""
+    return {"strategy": "relay", "vec": 16 // isz, "pe": 32768 // isz, "nw": 16, "nc": 1, "k": 6, "lag": 3}
+
+
+def _head(p: dict[str, Any], vbytes: int) -> int:
+    """4 mbarriers per slot, the warps' partials (``vbytes`` each) and the row statistic per slot, rounded up to 128
+    bytes so that the slots behind them start aligned."""
+    return cdiv(p["k"] * (4 * 8 + p["nw"] * vbytes + 8), 128) * 128
+
+
+def relay_smem(p: dict[str, Any], isz: int, vbytes: int = 8) -> int:
+    """Dynamic shared memory of a relay block: the head (``_head``), then the slots."""
+    return _head(p, vbytes) + p["k"] * p["pe"] * isz
+
+
+def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int = 8) -> bool:
+    """Only the relay's knobs, in range; 16-byte packs, rows of a multiple of 16 bytes, whole packs per lane of every warp, the slots
+    within shared memory, a lag that leaves loads in flight and covers a block's other pieces of the same row (Note
+    [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads them all)."""
+    if set(p) - {"strategy", "vec", *RELAY_KEYS}:
+        return False  # another strategy's knob (keep, tma, ...): nothing here reads it
+    pe, nw, nc, k, lag, vec = (p.get(key) for key in RELAY_KEYS + ("vec",))
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (pe, nw, nc, k, lag, vec)):
+        return False
+    if vec * isz != 16 or cols % vec or pe % (32 * vec * max(nw, 1)) or not 1024 <= pe * isz <= 128 * 1024:
+        return False
+    if not (1 <= nw and 1 <= nc <= 4 and nw + nc + 2 <= 32 and 1 <= lag and lag + 2 <= k <= 16 and k % nc == 0):
+        return False
+    ppr = cdiv(cols, pe)
+    return (relay_smem(p, isz, vbytes) <= SMEM_LIMIT - 1024 and ppr <= 1024 and lag >= cdiv(ppr, SMS) - 1
+            and rows * ppr < 2**40)
+
+
+def relay_actions(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Piece size, consumer and resolver warps, slots and lag halved or doubled, the lag one step and the slots one
+    resolver's share either way (the caller filters the invalid ones)."""
+    from .common import knob, scale_knob
+
+    acts = scale_knob(p, "pe") + scale_knob(p, "nw") + scale_knob(p, "nc") + scale_knob(p, "k") + scale_knob(p, "lag")
+    return acts + [knob(p, "lag", p["lag"] + 1), knob(p, "lag", p["lag"] - 1), knob(p, "k", p["k"] + p["nc"]),
+                   knob(p, "k", p["k"] - p["nc"])]
+
+
+def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int]:
+    pe = p["pe"]
+    return {"PE": pe, "PPR": cdiv(cols, pe), "NPL": pe // (32 * p["vec"] * p["nw"]), "NW": p["nw"],
+            "NC": p["nc"], "NT": 32 * (p["nw"] + p["nc"] + 2), "K": p["k"],
+            "LAG": p["lag"], "HEAD": _head(p, vbytes)}
+
+
+def relay_scratch(rows: str, ppr: int) -> dict[str, tuple[str, bool]]:
+    """The pieces' partials, one marked 64-bit word each, zeroed before every launch."""
+    return {"part": (f"{rows} * {ppr * 8}", True)}
+
+
+def relay_kernel(name: str, params: str, reduce_piece: str, resolve: str, write_piece: str) -> str:
+    """The relay kernel ``name`` (see the Note): NW consumer warps, NC resolver warps, a loader and a publisher
+    warp per block. The caller's
+    header defines T, P (a pack of VEC T), COLS, VEC and ``relay_consts`` (NT: NW + NC + 2 warps); the partial type
+    ``V`` with its combine ``Op`` and ``ident()``, and ``pack_stat(V) -> float2`` / ``unpack_stat(float2, i) -> V``
+    (the published word of piece ``i`` of a row: two floats, the second >= 0 or NaN). ``params`` are the kernel's own parameters (``x`` the input), before ``part`` and
+    ``rows``. Hooks, with ``row`` (long long), ``c0`` (the piece's first column), ``sp`` (this warp's packs of the
+    slot) and ``lane`` in scope:
+
+    * ``reduce_piece`` (every consumer lane) sets ``V v``, the warp's partial, the same in every lane, over
+      columns ``c0 + wc ...`` (``wc`` = the warp's first column in the piece);
+    * ``resolve`` (resolver lane 0, with ``c0`` of its piece) turns the row's combined ``V a`` into ``float2 fin``
+      for the writers (and may store per-row outputs where ``c0 == 0``);
+    * ``write_piece`` (every consumer lane) reads ``const float2 st`` and stores the warp's share of the piece."""
+    return f"""
+extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
+    unsigned long long* __restrict__ part, long long rows) {{
+  extern __shared__ __align__(128) unsigned char dsm[];
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(dsm);  // the slot's bytes arrived
+  unsigned long long* reduced = full + K;  // every consumer warp put its partial in wpart
+  unsigned long long* ready = full + 2 * K;  // the row's statistic is in stat
+  unsigned long long* empty = full + 3 * K;  // every consumer warp wrote its share: the slot is free
+  V* wpart = reinterpret_cast<V*>(full + 4 * K);  // [K][NW]
+  float2* stat = reinterpret_cast<float2*>(wpart + K * NW);  // [K]
+  T* slots = reinterpret_cast<T*>(dsm + HEAD);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const long long NB = gridDim.x, np = rows * PPR;
+  const long long n = blockIdx.x < np ? (np - 1 - blockIdx.x) / NB + 1 : 0;  // this block's pieces: b, b + NB, ...
+  if (threadIdx.x == 0) {{
+    for (int j = 0; j < K; ++j) {{
+      bar_init(full + j, 1); bar_init(reduced + j, NW); bar_init(ready + j, 1); bar_init(empty + j, NW);
+    }}
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }}
+  __syncthreads();
+  if (warp == NW + NC) {{  // the loader: the first K pieces, then each slot again once its consumers wrote it
+    if (lane == 0) {{
+      auto issue = [&](long long t) {{
+        const long long g = blockIdx.x + t * NB, row = g / PPR;
+        const int c0 = (int)(g - row * PPR) * PE;
+        slot_load(slots + (t % K) * PE, x + row * COLS + c0, (unsigned)(min(PE, COLS - c0) * sizeof(T)),
+                  full + t % K);
+      }};
+      for (long long t = 0; t < K && t < n; ++t) issue(t);
+      for (long long v = 0; v + K < n; ++v) {{
+        bar_wait(empty + v % K, (unsigned)(v / K) & 1u);
+        issue(v + K);
+      }}
+    }}
+    return;
+  }}
+  if (warp == NW + NC + 1) {{  // the publisher: each piece's partial, its warps' in warp order, as soon as reduced
+    for (long long u = 0; u < n; ++u) {{
+      const int sl = (int)(u % K);
+      bar_wait(reduced + sl, (unsigned)(u / K) & 1u);
+      V a = lane < NW ? wpart[sl * NW + lane] : ident();
+      a = group_all<32, 32>(a, Op(), (V*)nullptr);
+      if (lane == 0) put_part(part + blockIdx.x + u * NB, pack_stat(a));
+    }}
+    return;
+  }}
+  // resolver c: the pieces in slots c, c + NC, ... (every use of a slot, in order): wait until the piece's row is
+  // published, combine it in piece order
+  if (warp >= NW) {{
+    long long last_row = -1;  // the row this warp resolved last, and (in lane 0) its statistic
+    float2 last = make_float2(0.f, 0.f);
+    for (long long u = warp - NW; u < n; u += NC) {{
+      const int sl = (int)(u % K);
+      bar_wait(reduced + sl, (unsigned)(u / K) & 1u);
+      const long long g = blockIdx.x + u * NB, row = g / PPR;
+      const int c0 = (int)(g - row * PPR) * PE;
+      if (row == last_row) {{  // this warp's previous piece was in the same row: its statistic stands
+        if (lane == 0) {{
+          stat[sl] = last;
+          bar_arrive(ready + sl);
+        }}
+        continue;
+      }}
+      const unsigned long long* pr = part + row * PPR;
+      V a;
+      for (unsigned spins = 0;; ++spins) {{
+        bool have = true;
+        a = ident();
+        for (int i = lane; i < PPR; i += 32) {{
+          const unsigned long long w = get_part(pr + i);
+          have = have && (w >> 63);
+          a = Op()(a, unpack_stat(part_value(w), i));
+        }}
+        if (__all_sync(0xffffffffu, have)) break;
+        if (spins > (1u << 26)) __trap();  // a grid not resident at once would wait forever
+      }}
+      a = group_all<32, 32>(a, Op(), (V*)nullptr);
+      last_row = row;
+      if (lane == 0) {{{resolve}
+        stat[sl] = last = fin;
+        bar_arrive(ready + sl);
+      }}
+    }}
+    return;
+  }}
+  const int wc = warp * (PE / NW);  // this warp's columns of every piece: [wc, wc + PE / NW)
+  for (long long t = 0; t < n + LAG; ++t) {{
+    if (t < n) {{
+      const long long g = blockIdx.x + t * NB, row = g / PPR;
+      const int c0 = (int)(g - row * PPR) * PE, sl = (int)(t % K);
+      bar_wait(full + sl, (unsigned)(t / K) & 1u);
+      const P* sp = reinterpret_cast<const P*>(slots + sl * PE + wc);{reduce_piece}
+      if (lane == 0) {{
+        wpart[sl * NW + warp] = v;
+        bar_arrive(reduced + sl);
+      }}
+    }}
+    if (t >= LAG) {{
+      const long long u = t - LAG, g = blockIdx.x + u * NB, row = g / PPR;
+      const int c0 = (int)(g - row * PPR) * PE, sl = (int)(u % K);
+      bar_wait(ready + sl, (unsigned)(u / K) & 1u);
+      const float2 st = stat[sl];
+      const P* sp = reinterpret_cast<const P*>(slots + sl * PE + wc);{write_piece}
+      __syncwarp();  // every lane has read the slot
+      if (lane == 0) bar_arrive(empty + sl);
+    }}
+  }}
+}}
+"""
