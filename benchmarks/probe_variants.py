@@ -56,7 +56,8 @@ def relay_variants(isz: int) -> list[dict[str, Any]]:
     from forge_backend.search.templates.relay import relay_smem
 
     out = []
-    for pe_bytes, nc, k, lag in itertools.product((8192, 16384, 32768), (1, 2, 4), range(3, 17), (1, 2, 3, 4, 6, 8, 10)):
+    lags = (1, 2, 3, 4, 6, 8, 10)
+    for pe_bytes, nc, k, lag in itertools.product((8192, 16384, 32768), (1, 2, 4), range(3, 17), lags):
         p = {"strategy": "relay", "vec": 16 // isz, "pe": pe_bytes // isz, "nw": 16, "nc": nc, "k": k, "lag": lag}
         if 3 <= k - lag <= 5 and k % nc == 0 and 96 * 1024 <= relay_smem(p, isz) <= 200 * 1024:
             out.append(p)

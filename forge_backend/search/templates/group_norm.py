@@ -583,7 +583,9 @@ typedef Chan Op;
 __device__ __forceinline__ V ident() { return make_float4(0.f, 0.f, 0.f, 0.f); }
 // A piece's word holds (mean, M2), M2 >= 0; its count follows from its place in the group.
 __device__ __forceinline__ float2 pack_stat(V v) { return make_float2(v.y, v.z); }
-__device__ __forceinline__ V unpack_stat(float2 f, int i) { return make_float4((float)min(PE, COLS - i * PE), f.x, f.y, 0.f); }
+__device__ __forceinline__ V unpack_stat(float2 f, int i) {
+  return make_float4((float)min(PE, COLS - i * PE), f.x, f.y, 0.f);
+}
 """
 
 _RELAY_REDUCE = """

@@ -32,7 +32,9 @@ did both, each piece's publish waited for the previous piece's row, one global r
 
 Measured (H200, eleventh session, same runs as each root; probe_relay*.json): softmax [64, 262144] fp32 38.8 us
 (81% of the copy bandwidth) against the cluster's 43.6; bf16 26.6-26.8 against 27.5; group norm [1,512,256,256]
-bf16 45.3 against 55.2, fp32 75.4 against 94.2; [1,512,128,128] fp32 24.4 against 32.5. It is the root of softmaxes
+bf16 45.3 against 55.2, fp32 75.4 against 94.2; [1,512,128,128] fp32 24.4 against 32.5. With more pieces a group
+than SMs (ops run I): [1,128,1024,1024] bf16 151.0 us against the eighth session's 203.0; fp32 (512 pieces a group)
+393.6 against the split's 394.6-397.1 in the same search, a tie. It is the root of softmaxes
 with rows of >= 256 KB and group norms with groups of >= 1 MB, both of >= 16 MB in all (softmax.root_params,
 group_norm.root_params), and a seed wherever else it is valid.
 
@@ -51,7 +53,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import SMEM_ADDR, SMEM_LIMIT, SMS, cdiv
+from .common import SMEM_ADDR, SMEM_LIMIT, SMS, cdiv, knob, scale_knob
 
 RELAY_HELPERS = SMEM_ADDR + r"""
 __device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count) {
@@ -112,9 +114,10 @@ def relay_smem(p: dict[str, Any], isz: int, vbytes: int = 8) -> int:
 
 
 def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int = 8) -> bool:
-    """Only the relay's knobs, in range; 16-byte packs, rows of a multiple of 16 bytes, whole packs per lane of every warp, the slots
-    within shared memory, a lag that leaves loads in flight and covers a block's other pieces of the same row (Note
-    [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads them all)."""
+    """Only the relay's knobs, in range; 16-byte packs, rows of a multiple of 16 bytes, whole packs per lane of every
+    warp, the slots within shared memory, a lag that leaves loads in flight and covers a block's other pieces of the
+    same row (Note [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads
+    them all)."""
     if set(p) - {"strategy", "vec", *RELAY_KEYS}:
         return False  # another strategy's knob (keep, tma, ...): nothing here reads it
     pe, nw, nc, k, lag, vec = (p.get(key) for key in RELAY_KEYS + ("vec",))
@@ -132,8 +135,6 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
 def relay_actions(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Piece size, consumer and resolver warps, slots and lag halved or doubled, the lag one step and the slots one
     resolver's share either way (the caller filters the invalid ones)."""
-    from .common import knob, scale_knob
-
     acts = scale_knob(p, "pe") + scale_knob(p, "nw") + scale_knob(p, "nc") + scale_knob(p, "k") + scale_knob(p, "lag")
     return acts + [knob(p, "lag", p["lag"] + 1), knob(p, "lag", p["lag"] - 1), knob(p, "k", p["k"] + p["nc"]),
                    knob(p, "k", p["k"] - p["nc"])]
