@@ -345,7 +345,7 @@ def test_relay_softmax_streams_pieces_through_every_sm() -> None:
     acts = dict(sm.actions(card, p))
     assert {"lag 3 -> 4", "lag 3 -> 2", "k 6 -> 5", "pe 8192 -> 4096", "nw 16 -> 8", "nc 1 -> 2"} <= set(acts)
     assert not sm.valid(card, {**p, "nc": 8}) and not sm.valid(card, {**p, "nw": 28, "nc": 3})  # <= 4, <= 32 warps
-    assert not sm.valid(card, {**p, "nc": 4})  # each resolver takes every use of its slots: nc divides k
+    assert sm.valid(card, {**p, "nc": 4}) and not sm.valid(card, {**p, "k": 3, "lag": 1, "nc": 4})  # nc <= k
     assert "k 6 -> 7" in acts and not sm.valid(card, {**p, "k": 8})  # 7 slots of 32 KB fit, 8 do not
     assert not sm.valid(card, {**p, "lag": 5})  # the lag must leave slots for loads in flight
     few = {**p, "pe": 512, "nw": 4, "k": 12}  # 512 pieces a row for 132 blocks: up to 4 a block, so the consumers

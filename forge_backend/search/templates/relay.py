@@ -20,10 +20,11 @@ Each block runs a warp-specialised pipeline over K shared-memory slots, synchron
   whose top bit marks it written. The scratch is zeroed before the launch, and a single-copy-atomic store is the
   data and its flag at once, so no fence orders them (the first version, a warp per worker publishing with an
   acquire-release add on a row counter, ran 62-320 us at [64, 262144] fp32: probe_relay_v1.json);
-* NC resolver warps, each owning the slots c, c + NC, ... (so each sees every use of its slots' mbarriers in order:
-  a waiter that skipped a phase would read the next use's parity as done, which the GPU tests caught), read the
-  row's PPR words until all are marked, combine them in piece order (bit-identical in every run and every block)
-  and hand the row's statistic to the consumers.
+* NC resolver warps, resolver c taking pieces c, c + NC, ..., read the row's PPR words until all are marked, combine
+  them in piece order (bit-identical in every run and every block) and hand the row's statistic to the consumers.
+  NC <= K: a resolver whose first piece was a slot's second use would wait on ``reduced`` one phase early, and
+  ``try_wait.parity`` reads that parity as done. The GPU tests caught it (NC = 4 over K = 3 slots gave one fp16
+  layout a wrong statistic); tests/test_relay_protocol.py reproduces it in a model of the warps.
 
 So every SM streams its pieces continuously; a piece waits on chip only for its row's exchange, and the rows finish
 in order across the whole GPU instead of in waves of whole rows. Publishing never waits on a resolve: when one warp
@@ -125,19 +126,27 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
         return False
     if vec * isz != 16 or cols % vec or pe % (32 * vec * max(nw, 1)) or not 1024 <= pe * isz <= 128 * 1024:
         return False
-    if not (1 <= nw and 1 <= nc <= 4 and nw + nc + 2 <= 32 and 1 <= lag and lag + 2 <= k <= 16 and k % nc == 0):
+    if not (1 <= nw and 1 <= nc <= 4 and nw + nc + 2 <= 32 and 1 <= lag and k <= 16):
         return False
     ppr = cdiv(cols, pe)
-    return (relay_smem(p, isz, vbytes) <= SMEM_LIMIT - 1024 and ppr <= 1024 and lag >= cdiv(ppr, SMS) - 1
+    return (relay_smem(p, isz, vbytes) <= SMEM_LIMIT - 1024 and ppr <= 1024 and progress_ok(ppr, SMS, k, lag, nc)
             and rows * ppr < 2**40)
 
 
+def progress_ok(ppr: int, blocks: int, k: int, lag: int, nc: int) -> bool:
+    """The relay's pipeline cannot deadlock or misread an mbarrier phase (Note [rows relayed through global memory],
+    progress): loads stay ahead of the consumers (k >= lag + 2), the consumers reduce a block's last piece of a row
+    before they wait for its first (lag >= ceil(ppr / blocks) - 1), and no resolver's first piece is a slot's second
+    use (nc <= k). tests/test_relay_protocol.py checks it against a model of the kernel's warps."""
+    return k >= lag + 2 and lag >= cdiv(ppr, blocks) - 1 and nc <= k
+
+
 def relay_actions(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """Piece size, consumer and resolver warps, slots and lag halved or doubled, the lag one step and the slots one
-    resolver's share either way (the caller filters the invalid ones)."""
+    """Piece size, consumer and resolver warps, slots and lag halved or doubled, the lag and the slots one step either
+    way (the caller filters the invalid ones)."""
     acts = scale_knob(p, "pe") + scale_knob(p, "nw") + scale_knob(p, "nc") + scale_knob(p, "k") + scale_knob(p, "lag")
-    return acts + [knob(p, "lag", p["lag"] + 1), knob(p, "lag", p["lag"] - 1), knob(p, "k", p["k"] + p["nc"]),
-                   knob(p, "k", p["k"] - p["nc"])]
+    return acts + [knob(p, "lag", p["lag"] + 1), knob(p, "lag", p["lag"] - 1), knob(p, "k", p["k"] + 1),
+                   knob(p, "k", p["k"] - 1)]
 
 
 def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int]:
@@ -153,13 +162,12 @@ def relay_scratch(rows: str, ppr: int) -> dict[str, tuple[str, bool]]:
 
 
 def relay_kernel(name: str, params: str, reduce_piece: str, resolve: str, write_piece: str) -> str:
-    """The relay kernel ``name`` (see the Note): NW consumer warps, NC resolver warps, a loader and a publisher
-    warp per block. The caller's
-    header defines T, P (a pack of VEC T), COLS, VEC and ``relay_consts`` (NT: NW + NC + 2 warps); the partial type
-    ``V`` with its combine ``Op`` and ``ident()``, and ``pack_stat(V) -> float2`` / ``unpack_stat(float2, i) -> V``
-    (the published word of piece ``i`` of a row: two floats, the second >= 0 or NaN). ``params`` are the kernel's own parameters (``x`` the input), before ``part`` and
-    ``rows``. Hooks, with ``row`` (long long), ``c0`` (the piece's first column), ``sp`` (this warp's packs of the
-    slot) and ``lane`` in scope:
+    """The relay kernel ``name`` (see the Note): NW consumer warps, NC resolver warps, a loader and a publisher warp
+    per block. The caller's header defines T, P (a pack of VEC T), COLS, VEC and ``relay_consts`` (NT: NW + NC + 2
+    warps); the partial type ``V`` with its combine ``Op`` and ``ident()``; and ``pack_stat(V) -> float2`` /
+    ``unpack_stat(float2, i) -> V`` (the published word of piece ``i`` of a row: two floats, the second >= 0 or NaN).
+    ``params`` are the kernel's own parameters (``x`` the input), before ``part`` and ``rows``. Hooks, with ``row``
+    (long long), ``c0`` (the piece's first column), ``sp`` (this warp's packs of the slot) and ``lane`` in scope:
 
     * ``reduce_piece`` (every consumer lane) sets ``V v``, the warp's partial, the same in every lane, over
       columns ``c0 + wc ...`` (``wc`` = the warp's first column in the piece);

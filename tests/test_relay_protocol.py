@@ -1,0 +1,157 @@
+"""The relay's pipeline protocol (Note [rows relayed through global memory] in templates/relay.py), checked on the CPU
+against a model of the kernel's warps: every block's loader, consumers, publisher and resolvers, the four mbarriers
+of each slot with the parity rule of ``mbarrier.try_wait.parity``, and the marked words of the global scratch. A
+random scheduler interleaves the agents of all blocks; the model reports a deadlock (no agent can move) or a phase
+misread (a wait that succeeds on the parity of a phase that is not the one it waits for)."""
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass, field
+
+import pytest
+
+from forge_backend.search.templates.relay import progress_ok
+
+
+class PhaseMisread(AssertionError):
+    pass
+
+
+@dataclass
+class Barrier:
+    done: int = 0  # completed phases
+
+    def ready(self, use: int) -> bool:
+        """``try_wait.parity(use & 1)``: true once the current phase's parity differs from the use's."""
+        ok = self.done % 2 != use % 2
+        if ok and self.done != use + 1:
+            raise PhaseMisread(f"waiting for use {use}, {self.done} phases done")
+        return ok
+
+
+@dataclass
+class Block:
+    index: int
+    pieces: int
+    k: int
+    barriers: dict[str, list[Barrier]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.barriers = {name: [Barrier() for _ in range(self.k)] for name in ("full", "reduced", "ready", "empty")}
+
+    def bar(self, name: str, t: int) -> Barrier:
+        return self.barriers[name][t % self.k]
+
+
+def simulate(rows: int, ppr: int, blocks: int, k: int, lag: int, nc: int, seed: int) -> str:
+    """Run the model to the end: ``done``, ``deadlock`` or ``misread``."""
+    total = rows * ppr
+    published: set[int] = set()
+    agents = []
+    for b in range(blocks):
+        n = (total - 1 - b) // blocks + 1 if b < total else 0
+        blk = Block(b, n, k)
+        for t in range(min(k, n)):  # the loader's first K bulk copies
+            blk.bar("full", t).done += 1
+        agents += [loader(blk), consumers(blk, lag), publisher(blk, blocks, published)]
+        agents += [resolver(blk, c, nc, blocks, ppr, published) for c in range(nc)]
+    rng = random.Random(seed)
+    live = [iter(a) for a in agents]
+    while live:
+        rng.shuffle(live)
+        moved = False
+        for agent in list(live):
+            try:
+                if next(agent):
+                    moved = True
+                    break
+            except StopIteration:
+                live.remove(agent)
+                moved = True
+                break
+            except PhaseMisread:
+                return "misread"
+        if not moved:
+            return "deadlock"
+    return "done"
+
+
+# Each agent is a generator that yields True after a step and False when it must wait.
+
+def loader(blk: Block):
+    for v in range(max(0, blk.pieces - blk.k)):
+        while not blk.bar("empty", v).ready(v // blk.k):
+            yield False
+        blk.bar("full", v + blk.k).done += 1  # the bulk copy of piece v + K into v's slot
+        yield True
+
+
+def consumers(blk: Block, lag: int):
+    for t in range(blk.pieces + lag):
+        if t < blk.pieces:
+            while not blk.bar("full", t).ready(t // blk.k):
+                yield False
+            blk.bar("reduced", t).done += 1
+            yield True
+        if t >= lag:
+            u = t - lag
+            while not blk.bar("ready", u).ready(u // blk.k):
+                yield False
+            blk.bar("empty", u).done += 1
+            yield True
+
+
+def publisher(blk: Block, blocks: int, published: set[int]):
+    for u in range(blk.pieces):
+        while not blk.bar("reduced", u).ready(u // blk.k):
+            yield False
+        published.add(blk.index + u * blocks)
+        yield True
+
+
+def resolver(blk: Block, c: int, nc: int, blocks: int, ppr: int, published: set[int]):
+    last_row = -1
+    for u in range(c, blk.pieces, nc):
+        while not blk.bar("reduced", u).ready(u // blk.k):
+            yield False
+        row = (blk.index + u * blocks) // ppr
+        while row != last_row and not all(g in published for g in range(row * ppr, (row + 1) * ppr)):
+            yield False
+        last_row = row
+        blk.bar("ready", u).done += 1
+        yield True
+
+
+def _cases():
+    for blocks, rows, ppr, k, nc in itertools.product((3, 5), (1, 3), range(1, 12), range(3, 7), (1, 2, 3, 4)):
+        for lag in range(1, k - 1):
+            yield blocks, rows, ppr, k, lag, nc
+
+
+def test_every_setting_the_progress_rule_allows_runs_to_the_end() -> None:
+    checked = 0
+    for blocks, rows, ppr, k, lag, nc in _cases():
+        if progress_ok(ppr, blocks, k, lag, nc):
+            checked += 1
+            for seed in range(2):
+                assert simulate(rows, ppr, blocks, k, lag, nc, seed) == "done", (blocks, rows, ppr, k, lag, nc, seed)
+    assert checked > 300
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_lag_short_of_a_blocks_pieces_of_one_row_deadlocks(seed: int) -> None:
+    """11 pieces a row over 3 blocks: up to 4 pieces of a row in one block's run, so the consumers must reduce 3 past
+    the first before they wait for its row; with a lag of 2 they wait first, and the row never completes."""
+    assert not progress_ok(11, 3, 5, 2, 1) and progress_ok(11, 3, 6, 3, 1)
+    assert simulate(2, 11, 3, 5, 2, 1, seed) == "deadlock"
+    assert simulate(2, 11, 3, 6, 3, 1, seed) == "done"
+
+
+def test_more_resolvers_than_slots_misread_a_phase() -> None:
+    """Four resolvers over three slots: resolver 3's first piece is slot 0's second use, and before slot 0's first use
+    is reduced its parity reads as done (the race the GPU tests caught on an fp16 layout). Two resolvers over three
+    slots take alternate uses of each slot and stay in order."""
+    assert not progress_ok(4, 3, 3, 1, 4) and progress_ok(4, 3, 3, 1, 2)
+    assert "misread" in {simulate(3, 4, 3, 3, 1, 4, seed) for seed in range(40)}
+    assert {simulate(3, 4, 3, 3, 1, 2, seed) for seed in range(40)} == {"done"}
