@@ -359,12 +359,7 @@ constexpr bool ODD = ((YS0 | YS1) & 1) != 0;  // may a row start at an odd eleme
 // y[n, c, l] = bias[c] + sum_k w[c, 0, k] * x[n, c, l - PAD + k] (zero outside the input), fp32, k ascending.
 extern "C" __global__ __launch_bounds__(NT) void dwconv1d_rows2(PARAMS) {{
   __shared__ __align__(16) float s[TC][RS];  // channel rows; RS even (float2 reads), 2 mod 4 (see the Note)
-  __shared__ float ws[TC][K + 1];  // the block's weights (and bias), read once from global memory
-  // Note [channel tiles first]
-  const int l0 = (CFIRST ? blockIdx.y : blockIdx.x) * TL, c0 = (CFIRST ? blockIdx.x : blockIdx.y) * TC;
-  const long long n = blockIdx.z;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  Pack<T, VEC> xv[PER];  // a warp's load: VL vectors at each of PL positions
+{_block_origin("l0", "TL")}
 {_tile_loads("HALO2", " - 2", "  ")}
 {_block_weights(has_bias)}
 #pragma unroll
@@ -551,6 +546,17 @@ for (int t = 0; t < PER; ++t) {{
 }}""".split("\n")).replace(indent + "#pragma", "#pragma")
 
 
+def _block_origin(first: str, per_block: str) -> str:
+    """C++ after the tile's ``s``: the weights' ``ws``, the block's first position unit ``first`` (``per_block`` of
+    them per block) and channel ``c0`` (Note [channel tiles first]), ``n``, lane and warp, and the loads' ``xv``."""
+    return f"""  __shared__ float ws[TC][K + 1];  // the block's weights (and bias), read once from global memory
+  // Note [channel tiles first]
+  const int {first} = (CFIRST ? blockIdx.y : blockIdx.x) * {per_block}, c0 = (CFIRST ? blockIdx.x : blockIdx.y) * TC;
+  const long long n = blockIdx.z;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  Pack<T, VEC> xv[PER];  // a warp's load: VL vectors at each of PL positions"""
+
+
 def _block_weights(has_bias: bool) -> str:
     """C++: the block's channels' weights and bias into ``ws``, read once from global memory."""
     return f"""  for (int e = threadIdx.x; e < TC * (K + 1); e += NT) {{
@@ -569,12 +575,7 @@ constexpr int VEC = {vec}, RS = {rs}, NW = NT / 32, RL = TL / 32, NV = TC / VEC,
 // y[n, c, l] = bias[c] + sum_k w[c, 0, k] * x[n, c, l - PAD + k] (zero outside the input), fp32, k ascending.
 extern "C" __global__ __launch_bounds__(NT) void dwconv1d_rows(PARAMS) {{
   __shared__ float s[TC][RS];  // channel rows of the input tile with its halo; RS odd (see the Note)
-  __shared__ float ws[TC][K + 1];  // the block's weights (and bias), read once from global memory
-  // Note [channel tiles first]
-  const int lt0 = (CFIRST ? blockIdx.y : blockIdx.x) * STEPS, c0 = (CFIRST ? blockIdx.x : blockIdx.y) * TC;
-  const long long n = blockIdx.z;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  Pack<T, VEC> xv[PER];  // a warp's load: VL vectors at each of PL positions
+{_block_origin("lt0", "STEPS")}
   auto load = [&](int l0) {{
 {_tile_loads("HALO", "", "    ")}
   }};

@@ -49,8 +49,8 @@ from .common import (FLOAT_DTYPES, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, 
                      filter_actions, flag_knob, flat_contiguous, input_spec, kept_ok, knob, launch, main_input,
                      main_itemsize, make_candidate, output_spec, param_ok, plan_params, pow2_ceil, same_layout,
                      scale_knob, tma_ok, typedefs, vec_ok, walk_head)
-from .relay import (RELAY_HELPERS, relay_actions, relay_consts, relay_defaults, relay_kernel, relay_scratch,
-                    relay_smem, relay_valid)
+from .relay import (RELAY_HELPERS, relay_actions, relay_consts, relay_defaults, relay_kernel, relay_launch,
+                    relay_scratch, relay_valid)
 
 OPS = ("aten.native_group_norm.default",)
 STRATEGIES = ("sync", "split", "cluster", "pipe", "relay")
@@ -625,8 +625,8 @@ def _relay_source(card: OperatorCard, p: dict[str, Any]) -> tuple[str, list[str]
         val = "to_f(p.v[j]) * ca + cb"
     else:
         coef, val = "", "(to_f(p.v[j]) - m_r) * r_r"
-    outs = " ".join(x for x in ("mean_out[row] = from_f<TM>(mean);" if output_spec(card, 1) else "",
-                                "rstd_out[row] = from_f<TR>(rstd);" if output_spec(card, 2) else "") if x)
+    outs = " ".join(store for store in ("mean_out[row] = from_f<TM>(mean);" if output_spec(card, 1) else "",
+                                        "rstd_out[row] = from_f<TR>(rstd);" if output_spec(card, 2) else "") if store)
     resolve = f"""
           const float mean = a.y, rstd = rsqrtf(fmaxf(a.z / a.x, 0.f) + eps);
           if (c0 == 0) {{ {outs} }}
@@ -670,8 +670,7 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     if p["strategy"] == "relay":
         ng, isz = card.sizes["N"] * card.sizes["G"], main_itemsize(card)
         source, args = _relay_source(card, p)
-        launches = [launch("gn_relay", SMS, 32 * (p["nw"] + p["nc"] + 2), args + ["scratch:part", f"i64:{ng}"],
-                           relay_smem(p, isz, vbytes=16), cooperative=True)]
+        launches = [relay_launch("gn_relay", p, args + ["scratch:part", f"i64:{ng}"], isz, vbytes=16)]
         desc = "group_norm relay " + " ".join(f"{k}={v}" for k, v in sorted(p.items()) if k != "strategy")
         return make_candidate(source, launches, desc, p, align_of(p["vec"], card_tensors(card)),
                               relay_scratch(str(ng), cdiv(card.sizes["group_size"], p["pe"])))

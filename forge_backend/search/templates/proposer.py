@@ -89,8 +89,8 @@ def _strategy(p: dict[str, Any]) -> str:
 def seed_labels(seeds: list[dict[str, Any]], root: bool = True) -> list[str]:
     """One distinct label per seed: ``root`` (when ``root``), then ``strategy NAME``; a seed whose strategy an earlier
     seed already has (the group norm's kept-in-part cluster beside its plain cluster) also names the knobs it sets
-    differently from that one (``keep=None`` where it leaves out one that one sets). The search skips an action its parent's children already took, so two seeds under
-    one label would lose the second."""
+    differently from that one (``keep=None`` where it leaves out one that one sets). The search skips an action its
+    parent's children already took, so two seeds under one label would lose the second."""
     out: list[str] = []
     first: dict[str, dict[str, Any]] = {}
     for i, p in enumerate(seeds):

@@ -54,7 +54,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import SMEM_ADDR, SMEM_LIMIT, SMS, cdiv, knob, scale_knob
+from ...contract import Launch
+from .common import SMEM_ADDR, SMEM_LIMIT, SMS, cdiv, knob, launch, scale_knob
 
 RELAY_HELPERS = SMEM_ADDR + r"""
 __device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count) {
@@ -149,10 +150,20 @@ def relay_actions(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
                    knob(p, "k", p["k"] - 1)]
 
 
+def relay_threads(p: dict[str, Any]) -> int:
+    """Threads of a relay block: NW consumer warps, NC resolvers, the loader and the publisher."""
+    return 32 * (p["nw"] + p["nc"] + 2)
+
+
+def relay_launch(kernel: str, p: dict[str, Any], args: list[str], isz: int, vbytes: int = 8) -> Launch:
+    """The relay's launch: one block per SM, cooperative (every block resident at once, or a launch error)."""
+    return launch(kernel, SMS, relay_threads(p), args, relay_smem(p, isz, vbytes), cooperative=True)
+
+
 def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int]:
     pe = p["pe"]
     return {"PE": pe, "PPR": cdiv(cols, pe), "NPL": pe // (32 * p["vec"] * p["nw"]), "NW": p["nw"],
-            "NC": p["nc"], "NT": 32 * (p["nw"] + p["nc"] + 2), "K": p["k"],
+            "NC": p["nc"], "NT": relay_threads(p), "K": p["k"],
             "LAG": p["lag"], "HEAD": _head(p, vbytes)}
 
 

@@ -62,8 +62,8 @@ from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACH
                      flag_knob, kept_ok, knob, launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill,
                      row_loop, rows_aligned, scale_knob, tma_ok, typedefs, vec_ok, walk_head)
 from .fused import row_loader, row_prologue_dtype
-from .relay import (RELAY_HELPERS, relay_actions, relay_consts, relay_defaults, relay_kernel, relay_scratch,
-                    relay_smem, relay_valid)
+from .relay import (RELAY_HELPERS, relay_actions, relay_consts, relay_defaults, relay_kernel, relay_launch,
+                    relay_scratch, relay_valid)
 
 OPS = ("aten._softmax.default", "aten._log_softmax.default")
 STRATEGIES = ("group", "block", "cluster", "split", "pipe", "relay")
@@ -649,9 +649,7 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
         src, scratch = _pipe_source(card, p, log), None
     elif s == "relay":  # Note [rows relayed through global memory]: one block per SM, every block resident
         ppr = cdiv(cols, p["pe"])
-        launches = [launch("softmax_relay", SMS, 32 * (p["nw"] + p["nc"] + 2), ["in:self", "out:0", "scratch:part",
-                                                                         "i64:rows"],
-                           relay_smem(p, isz), cooperative=True)]
+        launches = [relay_launch("softmax_relay", p, ["in:self", "out:0", "scratch:part", "i64:rows"], isz)]
         src, scratch = _relay_source(card, p, log), relay_scratch("rows", ppr)
     else:
         grid = f"rows * {p['splits']}"
