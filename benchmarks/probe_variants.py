@@ -13,6 +13,7 @@ import argparse
 import itertools
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -21,6 +22,7 @@ import template_cards as tc  # noqa: E402
 from harness import name_matches  # noqa: E402
 
 from forge_backend.cards import OperatorCard  # noqa: E402
+from forge_backend.contract import Candidate  # noqa: E402
 from forge_backend.errors import CandidateFailure  # noqa: E402
 from forge_backend.search.templates import family_for  # noqa: E402
 from forge_backend.search.templates.norm import fit_block  # noqa: E402
@@ -185,6 +187,9 @@ def main() -> None:
     ap.add_argument("--params", action="append", default=[], metavar="K=V,K=V",
                     help="time these variants (and the root) instead of the case's grid (repeat for several)")
     ap.add_argument("--out", type=Path, default=None, help="write probe.json here")
+    ap.add_argument("--fresh-scratch", action="store_true",
+                    help="also time each variant whose scratch is kept between launches with that scratch zeroed "
+                         "before every launch instead (Note [scratch kept between launches] in contract.py)")
     ap.add_argument("--flush-only", action="store_true",
                     help="only time eager with a read and a write L2 flush (Note [why flush before each repeat])")
     args = ap.parse_args()
@@ -231,27 +236,37 @@ def main() -> None:
                     print(f"   invalid {p}")
                     continue
                 cand = fam.generate(card, p)
-                row: dict[str, Any] = {"case": name, "params": p, "description": cand.description}
-                try:
-                    cubin = compile_candidate(cand, card.arch).cubin
-                    r = client.call({"cmd": "evaluate", "card": card.to_json(), "candidate": cand.to_json(),
-                                     "cubin": cubin})
-                    if r["ok"]:
-                        row.update(time_us=r["time_us"], pct_bw=r["pct_bw"], speedup=r["speedup"])
+                both = [cand] + ([fresh_scratch(cand)] if args.fresh_scratch and fresh_scratch(cand) != cand else [])
+                for c in both:
+                    row: dict[str, Any] = {"case": name, "params": p, "description": c.description}
+                    try:
+                        cubin = compile_candidate(c, card.arch).cubin
+                        r = client.call({"cmd": "evaluate", "card": card.to_json(), "candidate": c.to_json(),
+                                         "cubin": cubin})
+                        if r["ok"]:
+                            row.update(time_us=r["time_us"], pct_bw=r["pct_bw"], speedup=r["speedup"])
+                        else:
+                            row["failed"] = f"{r['verify_report']['failed_check']}: {r['verify_report']['message']}"
+                    except CandidateFailure as e:
+                        row["failed"] = f"{e.stage}: {e.message[:200]}"
+                    results.append(row)
+                    save(args.out, results)  # a stage killed at its time bound keeps every row timed so far
+                    if "time_us" in row:
+                        print(f"   {row['time_us']:8.1f} us {row['pct_bw']:5.1f}% bw {row['speedup']:5.2f}x  "
+                              f"{c.description}", flush=True)
                     else:
-                        row["failed"] = f"{r['verify_report']['failed_check']}: {r['verify_report']['message']}"
-                except CandidateFailure as e:
-                    row["failed"] = f"{e.stage}: {e.message[:200]}"
-                results.append(row)
-                save(args.out, results)  # a stage killed at its time bound keeps every row timed so far
-                if "time_us" in row:
-                    print(f"   {row['time_us']:8.1f} us {row['pct_bw']:5.1f}% bw {row['speedup']:5.2f}x  "
-                          f"{cand.description}", flush=True)
-                else:
-                    print(f"   FAILED {row['failed'][:150]}  {cand.description}", flush=True)
+                        print(f"   FAILED {row['failed'][:150]}  {c.description}", flush=True)
     finally:
         client.close()
         save(args.out, results)
+
+
+def fresh_scratch(cand: Candidate) -> Candidate:
+    """The same kernel with every kept scratch zeroed before each launch (the fill a kept one saves)."""
+    if not any(s.persist for _, s in cand.scratch):
+        return cand
+    return replace(cand, scratch=tuple((k, replace(s, persist=False)) for k, s in cand.scratch),
+                   description=cand.description + " [scratch zeroed before every launch]")
 
 
 def parse_params(text: str) -> dict[str, Any]:

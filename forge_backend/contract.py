@@ -22,6 +22,8 @@ launches it with ``cuLaunchCooperativeKernel``, which fails (instead of hanging)
 once on the device at hand (fewer SMs, less shared memory). The key is left out of the JSON when false, so plans
 written before it existed keep their identity.
 
+A scratch buffer may set ``"persist": true`` (with ``"zero": true``): Note [scratch kept between launches].
+
 Expressions are integers, named sizes, ``+ - * // %``, parentheses, and the functions ``cdiv``, ``min``, ``max``.
 They are parsed with :mod:`ast` and walked by a tiny evaluator: there is no ``eval``.
 """
@@ -107,10 +109,30 @@ class Launch:
             raise ContractViolation(f"launch entry is malformed ({e}); it needs kernel, grid, block and args") from e
 
 
+# Note [scratch kept between launches]
+# A zeroed scratch costs a fill before every launch: a kernel of its own, about 2 us on the H200, which is 8% of a
+# 64 MB relay softmax. A buffer declared ``"persist": true`` is zeroed once, on its first launch in a stream, and
+# every later launch of the same launcher in that stream gets it back as the previous launch left it. The kernel
+# must leave it in a state its next launch accepts (the relay flips an epoch: relay.py). Under CUDA-graph capture
+# the buffer is fresh and zeroed inside the graph, so every replay starts from zero. The verifier runs a candidate
+# several times on one launcher, so a kernel that leaves a state its next launch misreads fails on wrong outputs.
+# The key is left out of the JSON when false, so earlier plans keep their identity.
+
+
 @dataclass(frozen=True)
 class Scratch:
     nbytes: Any
     zero: bool = False
+    persist: bool = False  # Note [scratch kept between launches]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.persist, bool):
+            raise ContractViolation(f"scratch 'persist' must be true or false, not {self.persist!r}")
+        if self.persist and not self.zero:
+            raise ContractViolation("a persistent scratch starts zeroed: it needs \"zero\": true")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bytes": self.nbytes, "zero": self.zero, **({"persist": True} if self.persist else {})}
 
 
 @dataclass(frozen=True)
@@ -126,7 +148,7 @@ class Candidate:
 
     def plan_json(self) -> dict[str, Any]:
         return {"launches": [l.to_json() for l in self.launches],
-                "scratch": {k: {"bytes": s.nbytes, "zero": s.zero} for k, s in self.scratch},
+                "scratch": {k: s.to_json() for k, s in self.scratch},
                 "requires_align": self.requires_align}
 
     def to_json(self) -> dict[str, Any]:
@@ -146,7 +168,7 @@ class Candidate:
         scratch = []
         for name, s in (plan.get("scratch") or {}).items():
             if isinstance(s, Mapping):
-                scratch.append((str(name), Scratch(s.get("bytes", 0), bool(s.get("zero", False)))))
+                scratch.append((str(name), Scratch(s.get("bytes", 0), bool(s.get("zero", False)), s.get("persist", False))))
             else:
                 scratch.append((str(name), Scratch(s)))
         return cls(source, tuple(Launch.from_json(l) for l in plan["launches"]), tuple(scratch), description,
@@ -290,6 +312,14 @@ def _eval_node(node: ast.AST, sizes: Mapping[str, int], expr: Any) -> int:
 
 
 @dataclass(frozen=True)
+class ResolvedScratch:
+    name: str
+    nbytes: int
+    zero: bool
+    persist: bool = False
+
+
+@dataclass(frozen=True)
 class ResolvedLaunch:
     kernel: str
     grid: tuple[int, int, int]
@@ -300,8 +330,8 @@ class ResolvedLaunch:
 
 
 def resolve_plan(candidate: Candidate, sizes: Mapping[str, int], floats: Mapping[str, float]) -> tuple[
-        tuple[ResolvedLaunch, ...], tuple[tuple[str, int, bool], ...]]:
-    """Evaluate every expression of the plan for one signature. Returns (launches, scratch (name, bytes, zero))."""
+        tuple[ResolvedLaunch, ...], tuple[ResolvedScratch, ...]]:
+    """Evaluate every expression of the plan for one signature. Returns (launches, scratch buffers)."""
     launches = []
     for l in candidate.launches:
         grid = tuple(evaluate(g, sizes) for g in l.grid)
@@ -312,10 +342,11 @@ def resolve_plan(candidate: Candidate, sizes: Mapping[str, int], floats: Mapping
             raise PlanError(f"launch {l.kernel}: grid {grid}, block {block}, smem {smem} is outside CUDA's limits")
         args = tuple(_resolve_arg(a, sizes, floats) for a in l.args)
         launches.append(ResolvedLaunch(l.kernel, grid, block, smem, args, l.cooperative))  # type: ignore[arg-type]
-    scratch = tuple((name, evaluate(s.nbytes, sizes), s.zero) for name, s in candidate.scratch)
-    for name, nbytes, _ in scratch:
-        if nbytes < 0:
-            raise PlanError(f"scratch {name} has negative size {nbytes}")
+    scratch = tuple(ResolvedScratch(name, evaluate(s.nbytes, sizes), s.zero, s.persist)
+                    for name, s in candidate.scratch)
+    for s in scratch:
+        if s.nbytes < 0:
+            raise PlanError(f"scratch {s.name} has negative size {s.nbytes}")
     return tuple(launches), scratch
 
 

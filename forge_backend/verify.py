@@ -9,7 +9,10 @@ A candidate is accepted only if every trial passes every check:
   * values within the dtype's tolerance of a float64 reference (one tolerance table, TOLERANCES); NaN positions
     must match the reference's exactly; where PyTorch's own kernel is further from the float64 reference than the
     table allows (large-magnitude fp32 norms), the candidate may be at most 2x PyTorch's own error;
-  * a repeat launch on the same inputs must agree bit for bit (races, float atomics in varying order).
+  * a repeat launch on the same inputs must agree bit for bit (races, float atomics in varying order);
+  * a last launch on the first trial's own input buffers, one element of each floating input changed, must follow
+    the change: a kernel may not answer from what an earlier launch left behind (a kept scratch, a ``__device__``
+    array), keyed by addresses or by a sample of the data.
 The timeout is the worker's (runtime/worker.py): a hang kills the worker, not the caller.
 """
 from __future__ import annotations
@@ -50,7 +53,7 @@ _POSITIVE_INPUTS = {"running_var"}
 class VerifyReport:
     ok: bool
     failed_check: str | None = None  # mismatch | unwritten | nan | input_modified | out_of_bounds |
-    #                                   nondeterministic | launch
+    #                                   nondeterministic | stale | launch
     message: str = ""
     trial: int | None = None
     distribution: str | None = None
@@ -240,6 +243,36 @@ def prepare_trials(card: OperatorCard, device: torch.device, trials: Sequence[st
     return out
 
 
+def _follows_a_changed_input(card: OperatorCard, launch_into: LaunchInto, allocate: Callable[[], list[torch.Tensor]],
+                             device: torch.device, trial: Trial) -> VerifyReport:
+    """Change one element (+3) of each floating input of ``trial`` in place, launch on the same buffers, compare with
+    a fresh reference, and put the elements back."""
+    changed = []
+    for x in trial.inputs:
+        if x.dtype.is_floating_point and x.numel() > 0:
+            idx = tuple(int(i) for i in torch.unravel_index(torch.tensor((x.numel() * 5) // 8), x.shape))
+            changed.append((x, idx, x[idx].clone()))
+            x[idx] = x[idx].float() + 3.0
+    if not changed:
+        return VerifyReport(True)
+    try:
+        outs = allocate()
+        _poisoned(outs)
+        launch_into(trial.inputs, outs)
+        torch.cuda.synchronize(device)
+        eager = call_aten(card.signature_obj(), trial.inputs)
+        for o, r, e, t in zip(outs, reference_outputs(card, trial.inputs), eager, card.outputs):
+            rep = _compare(o, r.to(o.device), e, t.name, stat_floor(card, t.name, trial.inputs))
+            if not rep.ok:
+                return VerifyReport(False, "stale", f"{t.name}: on the first trial's input buffers with one element "
+                                    f"changed, the kernel did not follow the change ({rep.message})",
+                                    trial=trial.index, distribution=trial.distribution)
+        return VerifyReport(True)
+    finally:
+        for x, idx, old in changed:
+            x[idx] = old
+
+
 def verify(card: OperatorCard, launch_into: LaunchInto, allocate: Callable[[], list[torch.Tensor]],
            device: torch.device, trials: Sequence[Trial] | None = None) -> VerifyReport:
     """Run every check on every trial; return the first failure or a passing report."""
@@ -279,6 +312,11 @@ def verify(card: OperatorCard, launch_into: LaunchInto, allocate: Callable[[], l
             if not torch.equal(_bits(o), _bits(a)):
                 return VerifyReport(False, "nondeterministic", f"{n}: a repeat run on the same inputs differs",
                                     trial=i, distribution=dist, trials_passed=i)
+    if trials:
+        rep = _follows_a_changed_input(card, launch_into, allocate, device, trials[0])
+        if not rep.ok:
+            rep.trials_passed = len(trials)
+            return rep
     worst.trials_passed = len(trials)
     worst.ok, worst.failed_check, worst.trial, worst.distribution = True, None, None, None
     worst.message = f"passed {len(trials)} trials"

@@ -33,6 +33,14 @@ def row_sum_card(rows: int, cols: int) -> OperatorCard:
 
 UNARY_PLAN = {"launches": [{"kernel": "k", "grid": ["cdiv(numel, 256)"], "block": [256],
                             "args": ["in:self", "out:0", "i32:numel"]}]}
+# a scratch kept between launches (Note [scratch kept between launches] in contract.py): n floats, n unused (the
+# tags' alignment), n 8-byte tags
+REMEMBER_PLAN = {**UNARY_PLAN, "launches": [{**UNARY_PLAN["launches"][0], "args": ["in:self", "out:0", "scratch:mem",
+                                                                                    "i32:numel"]}],
+                 "scratch": {"mem": {"bytes": "numel * 16", "zero": True, "persist": True}}}
+COUNT_PLAN = {"launches": [{"kernel": "k", "grid": [1], "block": [1024], "args": ["in:self", "out:0", "scratch:mem",
+                                                                                  "i32:numel"]}],
+              "scratch": {"mem": {"bytes": 4, "zero": True, "persist": True}}}
 RACE_PLAN = {"launches": [
     {"kernel": "zero", "grid": ["cdiv(rows, 256)"], "block": [256], "args": ["out:0", "i32:rows"]},
     {"kernel": "k", "grid": [64, "rows"], "block": [256], "args": ["in:self", "out:0", "i32:rows", "i32:cols"]}]}
@@ -51,4 +59,5 @@ PLANTED = [
     ("bad_low_precision", lambda: unary_card("aten.silu.default", 4096), UNARY_PLAN, "mismatch"),
     ("bad_race", lambda: row_sum_card(8, 1 << 20), RACE_PLAN, "nondeterministic"),
     ("bad_writes_past_end", lambda: unary_card("aten.relu.default", 1000), UNARY_PLAN, "out_of_bounds"),
+    ("bad_remembers", lambda: unary_card("aten.relu.default", 1000), REMEMBER_PLAN, "stale"),
 ]

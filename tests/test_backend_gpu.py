@@ -78,7 +78,8 @@ def test_reduce_overhead_mode_replays_kforge_kernels_in_cuda_graphs():
     """Note [torch.compile's mode]: with mode="reduce-overhead" Inductor records the graph, kforge's kernels
     included, into a CUDA graph; replays (after the allocator's free memory is NaN-poisoned) still match eager. The
     group norm is the VAE decoder's [1, 512, 256, 256] bf16, where kforge's kernel beat Inductor's (58 vs 74 us in
-    this session's models run)."""
+    this session's models run). Its relay kernel keeps its scratch between launches, outside the graph's pool
+    (launch.KeptBuffer)."""
     import torch
     from torch._dynamo.utils import counters
 

@@ -108,3 +108,21 @@ def test_cooperative_launches_round_trip_and_leave_other_plans_alone():
     assert not l.cooperative
     with pytest.raises(ContractViolation, match="cooperative"):
         cand(plan={"launches": [{**PLAN["launches"][0], "cooperative": "yes"}]})
+
+
+def test_persistent_scratch_round_trips_needs_zero_and_leaves_other_plans_alone():
+    """Note [scratch kept between launches]: ``"persist": true`` round-trips and changes the identity; a plan without
+    it keeps its JSON; a kept buffer must start zeroed, and the key must be a bool."""
+    plain = cand(plan={**PLAN, "scratch": {"s": {"bytes": "n * 8", "zero": True}}})
+    assert plain.plan_json()["scratch"] == {"s": {"bytes": "n * 8", "zero": True}}
+    kept = cand(plan={**PLAN, "scratch": {"s": {"bytes": "n * 8", "zero": True, "persist": True}}})
+    assert kept.plan_json()["scratch"]["s"]["persist"] is True
+    assert Candidate.from_json(kept.to_json()) == kept and kept.identity() != plain.identity()
+    _, (s,) = resolve_plan(kept, {"n": 10}, {"alpha": 1.0})
+    assert (s.name, s.nbytes, s.zero, s.persist) == ("s", 80, True, True)
+    _, (s,) = resolve_plan(plain, {"n": 10}, {"alpha": 1.0})
+    assert not s.persist
+    with pytest.raises(ContractViolation, match="zero"):
+        cand(plan={**PLAN, "scratch": {"s": {"bytes": 8, "persist": True}}})
+    with pytest.raises(ContractViolation, match="persist"):
+        cand(plan={**PLAN, "scratch": {"s": {"bytes": 8, "zero": True, "persist": "yes"}}})

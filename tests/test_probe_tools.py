@@ -97,3 +97,19 @@ def test_profile_variant_exits_cleanly_without_a_gpu(monkeypatch, capsys) -> Non
     monkeypatch.setattr(sys, "argv", ["profile_variant.py", "--case", "causal_conv1d [1,8192"])
     profile_variant.main()
     assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
+def test_fresh_scratch_zeroes_a_kept_scratch_before_every_launch_and_leaves_other_kernels_alone() -> None:
+    """`--fresh-scratch`: the relay as it was before its scratch was kept (one fill kernel per launch), beside it."""
+    from forge_backend.search.templates import family_for
+    import template_cards as tc
+
+    card = tc.softmax((64, 262144), "float32")
+    fam = family_for(card)
+    relay = fam.generate(card, fam.root_params(card))
+    fresh = probe_variants.fresh_scratch(relay)
+    assert [s.persist for _, s in relay.scratch] == [True] and [s.persist for _, s in fresh.scratch] == [False]
+    assert fresh.source == relay.source and fresh.identity() != relay.identity()
+    assert fresh.description.endswith("[scratch zeroed before every launch]")
+    plain = fam.generate(card, fam.seeds(card)[1])
+    assert probe_variants.fresh_scratch(plain) is plain

@@ -1,8 +1,9 @@
 """The relay's pipeline protocol (Note [rows relayed through global memory] in templates/relay.py), checked on the CPU
 against a model of the kernel's warps: every block's loader, consumers, publisher and resolvers, the four mbarriers
 of each slot with the parity rule of ``mbarrier.try_wait.parity``, and the marked words of the global scratch. A
-random scheduler interleaves the agents of all blocks; the model reports a deadlock (no agent can move) or a phase
-misread (a wait that succeeds on the parity of a phase that is not the one it waits for)."""
+random scheduler interleaves the agents of all blocks; the model reports a deadlock (no agent can move), a phase
+misread (a wait that succeeds on the parity of a phase that is not the one it waits for) or a stale word (a resolver
+that takes a word an earlier launch left in the kept scratch)."""
 from __future__ import annotations
 
 import itertools
@@ -44,19 +45,41 @@ class Block:
         return self.barriers[name][t % self.k]
 
 
-def simulate(rows: int, ppr: int, blocks: int, k: int, lag: int, nc: int, seed: int) -> str:
-    """Run the model to the end: ``done``, ``deadlock`` or ``misread``."""
+@dataclass
+class Scratch:
+    """The kept scratch (Note [scratch kept between launches]): each piece's word as (mark, launch that wrote it), the
+    epoch and the count of warps that have read it. Zeroed once, before the first launch."""
+    words: dict[int, tuple[int, int]] = field(default_factory=dict)
+    epoch: int = 0
+    count: int = 0
+
+
+def simulate(rows: int, ppr: int, blocks: int, k: int, lag: int, nc: int, seed: int, launches: int = 1,
+             advance: bool = True) -> str:
+    """Run ``launches`` launches one after another (stream order) on one kept scratch: ``done``, ``deadlock``,
+    ``misread`` or ``stale`` (a resolver took a word of an earlier launch). ``advance=False`` is a kernel whose epoch
+    never moves."""
+    scratch = Scratch({g: (0, -1) for g in range(rows * ppr)})
+    for launch in range(launches):
+        result = _one_launch(rows, ppr, blocks, k, lag, nc, random.Random(seed * 1000 + launch), scratch, launch,
+                             advance)
+        if result != "done":
+            return result
+    return "done"
+
+
+def _one_launch(rows: int, ppr: int, blocks: int, k: int, lag: int, nc: int, rng: random.Random, scratch: Scratch,
+                launch: int, advance: bool) -> str:
     total = rows * ppr
-    published: set[int] = set()
     agents = []
     for b in range(blocks):
         n = (total - 1 - b) // blocks + 1 if b < total else 0
         blk = Block(b, n, k)
         for t in range(min(k, n)):  # the loader's first K bulk copies
             blk.bar("full", t).done += 1
-        agents += [loader(blk), consumers(blk, lag), publisher(blk, blocks, published)]
-        agents += [resolver(blk, c, nc, blocks, ppr, published) for c in range(nc)]
-    rng = random.Random(seed)
+        users = blocks * (nc + 1)  # publishers and resolvers of the grid: each reads the epoch once
+        agents += [loader(blk), consumers(blk, lag), publisher(blk, blocks, scratch, launch, users, advance)]
+        agents += [resolver(blk, c, nc, blocks, ppr, scratch, launch, users, advance) for c in range(nc)]
     live = [iter(a) for a in agents]
     while live:
         rng.shuffle(live)
@@ -72,9 +95,26 @@ def simulate(rows: int, ppr: int, blocks: int, k: int, lag: int, nc: int, seed: 
                 break
             except PhaseMisread:
                 return "misread"
+            except StaleWord:
+                return "stale"
         if not moved:
             return "deadlock"
     return "done"
+
+
+class StaleWord(AssertionError):
+    pass
+
+
+def read_mark(scratch: Scratch, users: int, advance: bool) -> int:
+    """``relay_mark``: read the epoch, count this warp in; the grid's last advances the epoch and rearms the count."""
+    e = scratch.epoch
+    scratch.count += 1
+    if scratch.count == users:
+        scratch.count = 0
+        if advance:
+            scratch.epoch = e + 1
+    return (e & 1) ^ 1
 
 
 # Each agent is a generator that yields True after a step and False when it must wait.
@@ -102,22 +142,30 @@ def consumers(blk: Block, lag: int):
             yield True
 
 
-def publisher(blk: Block, blocks: int, published: set[int]):
+def publisher(blk: Block, blocks: int, scratch: Scratch, launch: int, users: int, advance: bool):
+    mark = read_mark(scratch, users, advance)
+    yield True
     for u in range(blk.pieces):
         while not blk.bar("reduced", u).ready(u // blk.k):
             yield False
-        published.add(blk.index + u * blocks)
+        scratch.words[blk.index + u * blocks] = (mark, launch)
         yield True
 
 
-def resolver(blk: Block, c: int, nc: int, blocks: int, ppr: int, published: set[int]):
+def resolver(blk: Block, c: int, nc: int, blocks: int, ppr: int, scratch: Scratch, launch: int, users: int,
+             advance: bool):
+    mark = read_mark(scratch, users, advance)
+    yield True
     last_row = -1
     for u in range(c, blk.pieces, nc):
         while not blk.bar("reduced", u).ready(u // blk.k):
             yield False
         row = (blk.index + u * blocks) // ppr
-        while row != last_row and not all(g in published for g in range(row * ppr, (row + 1) * ppr)):
+        words = range(row * ppr, (row + 1) * ppr)
+        while row != last_row and not all(scratch.words[g][0] == mark for g in words):
             yield False
+        if row != last_row and any(scratch.words[g][1] != launch for g in words):
+            raise StaleWord(f"launch {launch} took a word of launch {min(scratch.words[g][1] for g in words)}")
         last_row = row
         blk.bar("ready", u).done += 1
         yield True
@@ -155,3 +203,20 @@ def test_more_resolvers_than_slots_misread_a_phase() -> None:
     assert not progress_ok(4, 3, 3, 1, 4) and progress_ok(4, 3, 3, 1, 2)
     assert "misread" in {simulate(3, 4, 3, 3, 1, 4, seed) for seed in range(40)}
     assert {simulate(3, 4, 3, 3, 1, 2, seed) for seed in range(40)} == {"done"}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_launches_in_a_row_on_one_kept_scratch_never_take_an_earlier_launchs_word(seed: int) -> None:
+    """Five launches one after another on one scratch, zeroed only before the first (Note [rows relayed through
+    global memory], marks): each launch's mark is the other one, and the epoch moves only after every warp of the
+    grid has read it, so no resolver takes a word of an earlier launch."""
+    for blocks, rows, ppr, k, lag, nc in [(3, 3, 4, 4, 1, 2), (5, 1, 11, 6, 2, 1), (5, 3, 7, 5, 2, 3)]:
+        assert progress_ok(ppr, blocks, k, lag, nc)
+        assert simulate(rows, ppr, blocks, k, lag, nc, seed, launches=5) == "done", (blocks, rows, ppr, k, lag, nc)
+
+
+def test_an_epoch_that_never_moves_lets_a_resolver_take_the_last_launchs_words() -> None:
+    """The same kernel with the epoch left alone: the second launch writes the first one's mark, and some resolver
+    finds its row complete before this launch's publishers have written it."""
+    assert "stale" in {simulate(3, 4, 3, 4, 1, 2, seed, launches=2, advance=False) for seed in range(20)}
+    assert {simulate(3, 4, 3, 4, 1, 2, seed, launches=2) for seed in range(20)} == {"done"}

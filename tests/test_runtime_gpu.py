@@ -9,7 +9,7 @@ from forge_backend.runtime.launch import Launcher
 from forge_backend.runtime.nvrtc import compile_candidate
 from forge_backend.runtime.worker import WorkerClient
 from forge_backend.verify import verify
-from planted import PLANTED, candidate, unary_card
+from planted import COUNT_PLAN, PLANTED, candidate, unary_card
 
 pytestmark = pytest.mark.gpu
 DEV = torch.device("cuda", 0) if torch.cuda.is_available() else None
@@ -39,6 +39,33 @@ def test_verifier_rejects_planted_kernel(name, card_fn, plan, check):
     run = launcher(name, card, plan)
     rep = verify(card, run.launch_into, run.allocate_outputs, DEV)
     assert not rep.ok and rep.failed_check == check, rep
+
+
+def test_a_persistent_scratch_is_kept_per_stream_and_zeroed_in_a_captured_graph():
+    """Note [scratch kept between launches]: count_launches adds to x the launches its scratch has seen. On one stream
+    the count goes on from launch to launch; another stream has its own buffer; a CUDA graph zeroes a fresh buffer
+    inside the graph, so every replay starts from zero, and the streams' buffers are untouched by it."""
+    card = unary_card("aten.relu.default", 1000)
+    run = launcher("count_launches", card, COUNT_PLAN)
+    x = torch.arange(1000, device=DEV, dtype=torch.float32) - 500  # integers: x + n - x is exactly n
+    for n in range(3):
+        assert torch.equal(run([x])[0] - x, torch.full_like(x, float(n)))
+    other = torch.cuda.Stream()
+    other.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(other):
+        (y,) = run([x])
+    torch.cuda.current_stream().wait_stream(other)
+    assert float((y - x).abs().max()) == 0.0
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        (g,) = run([x])
+    for _ in range(2):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert float((g - x).abs().max()) == 0.0
+    assert torch.equal(run([x])[0] - x, torch.full_like(x, 3.0))
+    (kept,) = run.kept_scratch().values()
+    assert kept.view(torch.int32).item() == 4  # the default stream's buffer, shared with the tensor
 
 
 def test_misaligned_input_falls_back_to_the_original_op():

@@ -12,7 +12,7 @@ import re
 import pytest
 
 import template_cards as tc
-from forge_backend.contract import resolve_plan, screen
+from forge_backend.contract import ResolvedScratch, resolve_plan, screen
 from forge_backend.search.proposer import ParentView
 from forge_backend.search.templates import FAMILIES, TemplateProposer, family_for, family_name
 from forge_backend.search.templates.common import SMS, freeze
@@ -177,7 +177,7 @@ def _check_plan(card, candidate) -> None:
     launches, scratch = resolve_plan(candidate, card.sizes, card.floats)
     inputs = {t.name for t in card.inputs}
     outputs = {int(t.name[3:]) for t in card.outputs}
-    scratch_names = {name for name, _, _ in scratch}
+    scratch_names = {s.name for s in scratch}
     for launch in launches:
         assert launch.grid[0] < 2**31 and launch.grid[1] <= 65535 and launch.grid[2] <= 65535
         assert launch.block[0] * launch.block[1] * launch.block[2] <= 1024
@@ -192,7 +192,7 @@ def _check_plan(card, candidate) -> None:
     # every output the graph uses is written by some launch
     written = {p for l in launches for k, p in l.args if k == "out"}
     assert written == outputs
-    assert candidate.requires_align in (1, 2, 4, 8, 16)
+    assert candidate.requires_align in (1, 2, 4, 8, 16, 32)
     if re.search(r"ldp<\w+, VEC>", candidate.source) and "constexpr int VEC = 1;" not in candidate.source:
         assert candidate.requires_align > 1, "vector loads need the runtime's alignment check"
 
@@ -325,7 +325,7 @@ def test_pipe_softmax_walks_the_rows_with_a_fixed_set_of_clusters() -> None:
 def test_relay_softmax_streams_pieces_through_every_sm() -> None:
     """strategy=relay (Note [rows relayed through global memory]): one cooperative block of NW consumer warps and NC
     control warps per SM, K shared-memory slots of PE elements filled by bulk copies, each piece's partial one marked
-    word in a zeroed scratch. Only for the plain input (a bulk copy moves bytes as they are), 16-byte packs, rows of
+    word in a kept scratch. Only for the plain input (a bulk copy moves bytes as they are), 16-byte packs, rows of
     >= 64 KB, whole packs per lane, slots within shared memory, a lag that leaves loads in flight, and at least as
     many blocks as a row has pieces."""
     from forge_backend.search.templates import softmax as sm
@@ -338,7 +338,8 @@ def test_relay_softmax_streams_pieces_through_every_sm() -> None:
     (l,), scratch = resolve_plan(cand, card.sizes, card.floats)
     assert l.cooperative and l.grid == (SMS, 1, 1) and l.block == (19 * 32, 1, 1)  # 16 + 1 + loader + publisher
     assert l.smem == 6 * 32 * 1024 + 1024  # the slots, after 6 x (4 mbarriers, 16 warp partials, a statistic)
-    assert scratch == (("part", 64 * 32 * 8, True),)  # 32 pieces a row, one zeroed word each
+    # 32 pieces a row, one marked word each, then the epoch and the count; zeroed once and kept between launches
+    assert scratch == (ResolvedScratch("part", 64 * 32 * 8 + 8, True, True),)
     for needle in ("cp.async.bulk", "st.relaxed.gpu.global.u64", "ld.relaxed.gpu.global.u64", "__trap()"):
         assert needle in cand.source
     _compile_once(cand)
@@ -359,8 +360,20 @@ def test_relay_softmax_streams_pieces_through_every_sm() -> None:
     assert not sm.valid(odd, {**sm.defaults(odd, "relay"), "vec": 4})  # rows not a multiple of 16 bytes
     short = CARDS["softmax_1024_bf16"][0]()
     assert not sm.valid(short, sm.defaults(short, "relay"))  # 2 KB rows: one block per row does it
+    # Note [a prologue run from the relay's slots]: the slots hold the bf16 logits, the consumers run the soft cap
+    # (valid, but it lost to the cluster there: an action, neither the root nor a seed)
     fused = CARDS["softmax_fused_softcap"][0]()
-    assert not sm.valid(fused, sm.defaults(fused, "relay"))  # the copy engine cannot run a prologue
+    q = sm.defaults(fused, "relay")
+    assert q == {"strategy": "relay", "vec": 8, "pe": 16384, "nw": 16, "nc": 1, "k": 6, "lag": 3}
+    assert sm.valid(fused, q) and sm.root_params(fused)["strategy"] == "cluster"
+    assert q not in sm.seeds(fused) and dict(sm.actions(fused, sm.root_params(fused)))["strategy cluster -> relay"] == q
+    relay = sm.generate(fused, q)
+    assert relay.requires_align == 32  # 8 fp32 outputs a pack: two 16-byte stores
+    assert relay.launches[0].args[0] == "in:x0" and "fx(to_f(v))" in relay.source
+    _compile_once(relay)
+    masked = tc.softmax_fused("add(x0,x1)", [((1, 4, 8, 32768), "float32"), ((1, 1, 8, 32768), "float32")])
+    assert not sm.valid(masked, sm.defaults(masked, "relay"))  # a second input: the bulk copies take one
+    assert not sm.valid(masked, {**sm.defaults(masked, "relay"), "vec": 4})
 
 
 def test_relay_group_norm_takes_groups_as_rows() -> None:
@@ -378,7 +391,7 @@ def test_relay_group_norm_takes_groups_as_rows() -> None:
     (l,), scratch = resolve_plan(cand, card.sizes, card.floats)
     assert l.cooperative and l.grid == (SMS, 1, 1) and l.block == (19 * 32, 1, 1)
     assert [a for a, _ in l.args] == ["in", "in", "in", "out", "out", "out", "f32", "scratch", "i64"]
-    assert l.args[-1] == ("i64", 32) and scratch == (("part", 32 * 64 * 8, True),)  # 64 pieces a group
+    assert l.args[-1] == ("i64", 32) and scratch == (ResolvedScratch("part", 32 * 64 * 8 + 8, True, True),)  # 64 a group
     assert l.smem == 1792 + 6 * 32768  # the head holds 16-byte (count, mean, M2) partials
     assert "typedef Chan Op;" in cand.source and "if (c0 == 0) { mean_out[row]" in cand.source
     _compile_once(cand)

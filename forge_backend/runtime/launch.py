@@ -13,6 +13,7 @@ import ctypes
 import functools
 import logging
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -54,6 +55,35 @@ def _ensure_context(device: torch.device) -> None:
         dev = _check(drv.cuDeviceGet(device.index or 0), "cuDeviceGet")
         primary = _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
         _check(drv.cuCtxSetCurrent(primary), "cuCtxSetCurrent")
+
+
+class KeptBuffer:
+    """A persistent scratch buffer (Note [scratch kept between launches] in contract.py), zeroed on ``stream`` when
+    made. It is allocated with the driver, outside PyTorch's caching allocator: a launcher first called in a CUDA
+    graph's warm-up (Inductor's cudagraph trees) would otherwise keep a block of the graph's private pool alive, which
+    cudagraph trees refuse ("tensors in the cudagraph pool not tracked as outputs"). Freed with its launcher."""
+
+    def __init__(self, nbytes: int, stream: int, device: torch.device) -> None:
+        _ensure_context(device)
+        drv = _driver()
+        self.nbytes = nbytes
+        self.ptr = int(_check(drv.cuMemAlloc(nbytes), "cuMemAlloc"))
+        self._free = weakref.finalize(self, _free_device_memory, self.ptr)
+        _check(drv.cuMemsetD8Async(self.ptr, 0, nbytes, stream), "cuMemsetD8Async")
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.ptr, False), "version": 3}
+
+
+def _free_device_memory(ptr: int) -> None:
+    try:
+        _driver().cuMemFree(ptr)
+    except Exception:  # pragma: no cover - interpreter shutdown: the context may be gone
+        pass
 
 
 @dataclass
@@ -110,6 +140,8 @@ class Launcher:
         self._in_layouts = [t.spec.layout_key() for t in card.inputs]
         self._blocks = [_ParamBlock(l) for l in self.launches]
         self._lock = threading.Lock()
+        self._has_persistent = any(s.persist for s in self.scratch)
+        self._kept: dict[int, dict[str, KeptBuffer]] = {}  # stream -> its persistent scratch buffers
         self._device_index = device.index if device.index is not None else torch.cuda.current_device()
         self._raise_smem_limits()
         self._validate_pointers()
@@ -169,14 +201,35 @@ class Launcher:
         self.launch_into(inputs, outputs)
         return outputs
 
+    def _scratch_buffers(self, stream: int) -> dict[str, torch.Tensor | KeptBuffer]:
+        """This launch's scratch: fresh buffers (zeroed where the plan asks), and for a persistent one the stream's
+        own buffer, zeroed on its first launch there (Note [scratch kept between launches] in contract.py). Under
+        CUDA-graph capture a persistent buffer is fresh and zeroed in the graph: its zero fill replays with it."""
+        capturing = self._has_persistent and torch.cuda.is_current_stream_capturing()
+        kept = self._kept.setdefault(stream, {}) if self._has_persistent and not capturing else {}
+        out: dict[str, torch.Tensor | KeptBuffer] = {}
+        for s in self.scratch:
+            if s.persist and not capturing:
+                if s.name not in kept:
+                    kept[s.name] = KeptBuffer(max(s.nbytes, 1), stream, self.device)
+                out[s.name] = kept[s.name]
+            else:
+                out[s.name] = (torch.zeros if s.zero else torch.empty)(max(s.nbytes, 1), dtype=torch.uint8,
+                                                                        device=self.device)
+        return out
+
+    def kept_scratch(self) -> dict[str, torch.Tensor]:
+        """The current stream's persistent scratch buffers as the last launch left them (empty before the first),
+        as uint8 tensors that share their memory."""
+        kept = self._kept.get(torch._C._cuda_getCurrentRawStream(self._device_index), {})
+        return {name: torch.as_tensor(buf, device=self.device) for name, buf in kept.items()}
+
     def launch_into(self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor]) -> None:
         """Launch writing into caller-provided outputs (the verifier passes NaN-poisoned ones)."""
-        scratch = {name: (torch.zeros if zero else torch.empty)(max(nbytes, 1), dtype=torch.uint8,
-                                                                device=self.device)
-                   for name, nbytes, zero in self.scratch}
         stream = torch._C._cuda_getCurrentRawStream(self._device_index)
         drv = _driver()
         with self._lock:
+            scratch = self._scratch_buffers(stream)
             for launch, block in zip(self.launches, self._blocks):
                 for slot, kind, payload in block.pointer_slots:
                     if kind == "in":

@@ -244,11 +244,12 @@ def launch(kernel: str, grid: Any, block: Any, args: list[str], smem: Any = 0, c
 
 
 def make_candidate(source: str, launches: list[Launch], description: str, params: dict[str, Any], align: int = 1,
-                   scratch: dict[str, tuple[Any, bool]] | None = None) -> Candidate:
+                   scratch: dict[str, tuple[Any, ...]] | None = None) -> Candidate:
+    """``scratch`` maps a buffer's name to (bytes, zero) or (bytes, zero, persist): contract.Scratch."""
     return Candidate(
         source=source,
         launches=tuple(launches),
-        scratch=tuple((k, Scratch(b, z)) for k, (b, z) in (scratch or {}).items()),
+        scratch=tuple((k, Scratch(*spec)) for k, spec in (scratch or {}).items()),
         description=description,
         params=tuple(sorted(params.items())),
         requires_align=align,

@@ -23,8 +23,9 @@ Strategies (``params["strategy"]``):
               and stores overlap the next row's loads. It was meant to answer the 2.6 waves of row-sized clusters
               of the one-pass ``cluster``, and lost to it on the H200 (seventh session, probe_pipe.json, same run:
               [64, 262144] fp32 51.6 us against 44.8 us, bf16 37.4 against 27.1 us); it stays in the space.
-* ``relay``   rows of >= 64 KB streamed through the whole GPU in pieces, a warp per worker, each piece's (max, sum)
-              relayed through global memory (Note [rows relayed through global memory], relay.py).
+* ``relay``   rows of >= 64 KB streamed through the whole GPU in pieces, one cooperative block per SM, each piece's
+              (max, sum) relayed through a scratch kept between launches (Note [rows relayed through global
+              memory], relay.py).
 
 Note [a chunk kept in part]
 ``cluster`` with ``cache=smem`` and ``keep`` (fewer packs per thread than its chunk has) keeps only its first ``keep``
@@ -48,7 +49,8 @@ Statistics are fp32 and reduced in a fixed order (bit-identical repeats). See No
 The same kernels serve ``kforge.softmax`` (softmax_fusion.py: a softmax with its pointwise prologue and output cast):
 the input pointer becomes the inputs x0..xk, each at its own row offset (an input may broadcast over the leading
 dims), and every read of a pack evaluates the prologue's expression (fused.py's code, same rounding) into a pack of
-T, the dtype the softmax itself sees. Rows, caches and strategies are unchanged.
+T, the dtype the softmax itself sees. Rows, caches and strategies are unchanged, except that the relay's slots hold
+the single input as it is and its consumers evaluate the prologue (Note [a prologue run from the relay's slots]).
 """
 from __future__ import annotations
 
@@ -169,7 +171,7 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
             vec = 2
         return {"strategy": "cluster", "vec": vec, "block": block, "cs": cs, "cache": cache, "stream": False}
     if strategy == "relay":
-        return relay_defaults(isz)
+        return relay_defaults(_relay_isz(card))
     if strategy == "pipe":  # 64 KB chunks: 64 KB of prefetch registers and 64 KB of shared memory per block
         cs = next((c for c in (2, 4, 8, 16) if chunk_of(cols, c, vec) * isz <= 64 * 1024), 16)
         block = clamp(pow2_ceil(cdiv(chunk_of(cols, cs, vec), vec * 8)), 128, 1024)
@@ -183,7 +185,7 @@ def root_params(card: OperatorCard) -> dict[str, Any]:
     rows, cols, isz = _dims(card)
     row_bytes = cols * isz
     order = ("group",) if row_bytes <= 4096 else ("block",) if row_bytes <= 64 * 1024 else ()
-    if row_bytes >= 256 * 1024 and rows * row_bytes >= 16 * 2**20:
+    if row_bytes >= 256 * 1024 and rows * row_bytes >= 16 * 2**20 and not _fused(card):
         # Note [rows relayed through global memory]: [64, 262144] fp32 ran 38.8 us against the cluster's 43.6, bf16
         # 26.8 against 27.5 (eleventh session, probe_relay.json, same run); the cluster stays the second seed
         order = ("relay",)
@@ -198,7 +200,8 @@ def seeds(card: OperatorCard) -> list[dict[str, Any]]:
     root = root_params(card)
     kept = kept_seed(card)
     return [root] + ([kept] if kept is not None and kept != root else []) + \
-        [p for s in STRATEGIES if s != root["strategy"] and valid(card, p := defaults(card, s))]
+        [p for s in STRATEGIES if s != root["strategy"] and valid(card, p := defaults(card, s))
+         and not (s == "relay" and _fused(card))]  # an action there: Note [a prologue run from the relay's slots]
 
 
 def kept_seed(card: OperatorCard) -> dict[str, Any] | None:
@@ -223,8 +226,9 @@ def _packs(card: OperatorCard, p: dict[str, Any]) -> int:
 def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     rows, cols, isz = _dims(card)
     s, vec, block = p.get("strategy"), p.get("vec", 0), p.get("block", 0)
-    if s == "relay":  # Note [rows relayed through global memory]: the input as is, rows of >= 64 KB
-        return not _fused(card) and cols * isz >= 64 * 1024 and _vec_ok(card, vec) and relay_valid(p, rows, cols, isz)
+    if s == "relay":  # Note [rows relayed through global memory]: rows of >= 64 KB of the input as it is in memory
+        risz = _relay_isz(card)
+        return cols * risz >= 64 * 1024 and _relay_layout_ok(card, vec) and relay_valid(p, rows, cols, risz)
     if s not in STRATEGIES or not _vec_ok(card, vec) or block % 32 or not 32 <= block <= 1024:
         return False
     if "tma" in p and not (tma_ok(p, isz) and not _fused(card)):
@@ -579,7 +583,7 @@ _RELAY_REDUCE = """
         if (c0 + wc + (i * 32 + lane) * VEC < COLS) {
           pk[i] = sp[i * 32 + lane];
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) m = fmaxf(m, to_f(pk[i].v[j]));
+          for (int j = 0; j < VEC; ++j) m = fmaxf(m, xv(pk[i].v[j]));
         }
       m = group_all<32, 32>(m, Max(), (float*)nullptr);
       float sum = 0.f;
@@ -587,15 +591,62 @@ _RELAY_REDUCE = """
       for (int i = 0; i < NPL; ++i)
         if (c0 + wc + (i * 32 + lane) * VEC < COLS) {
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) sum += sexp(to_f(pk[i].v[j]), m);
+          for (int j = 0; j < VEC; ++j) sum += sexp(xv(pk[i].v[j]), m);
         }
       sum = group_all<32, 32>(sum, Sum(), (float*)nullptr);
       const V v = make_float2(m, sum);"""
 
 
+def _relay_isz(card: OperatorCard) -> int:
+    """Bytes of one element the relay moves: its input's as it is in memory (a fused prologue's runs on chip)."""
+    return ITEMSIZE[card.inputs[0].spec.dtype if _fused(card) else main_input(card).dtype]
+
+
+def _relay_layout_ok(card: OperatorCard, vec: int) -> bool:
+    """The relay's bulk copies take whole rows of one input laid out as the output (a fused prologue of one input,
+    Note [a prologue run from the relay's slots]); its packs are 16 bytes of that input. The output's packs of VEC
+    elements may be wider (32 bytes of fp32 after bf16 logits): two stores, on offsets aligned to them."""
+    if not _fused(card):
+        return _vec_ok(card, vec)
+    y = output_spec(card, 0)
+    if len(card.inputs) != 1:
+        return False
+    x = card.inputs[0].spec
+    # offsets are recorded up to 16 bytes; the launcher checks the 32-byte alignment of a wider pack at call time
+    return (x.shape == y.shape and x.is_contiguous() and card.sizes["cols"] % vec == 0
+            and all(s.offset_align % min(16, vec * ITEMSIZE[s.dtype]) == 0 for s in (x, y)))
+
+
+# Note [a prologue run from the relay's slots]
+# The relay (relay.py) moves its input's bytes into shared memory with bulk copies, so a fused prologue cannot run
+# as the pieces load. It runs as the consumers read a slot instead, twice: once to reduce the piece, once to
+# normalise it LAG pieces later (``xv``: to_f(from_f<TF>(fx(to_f(raw)))), the rounding of fused.py's ldx). The slots
+# hold the raw input (bf16 logits: half the bytes of the fp32 values the cluster kernels keep), and the prologue's
+# arithmetic is the consumers' (the soft cap: a division, a tanh and a product per element, both times).
+# Measured (twelfth session, probe_session12_softcap_relay.json, same run): the soft-capped softmax [64, 262144]
+# bf16 -> fp32 ran 69.7-77.4 us over six relay layouts against the cluster's 53.2 us. The relay is therefore neither
+# the root nor a seed of a fused card; the search reaches it as the action "strategy -> relay".
+
+
+def _relay_header(card: OperatorCard, p: dict[str, Any]) -> str:
+    """``_header`` with T the relay's element as it is in memory, and ``xv(T) -> float``: the softmax's input (Note
+    [a prologue run from the relay's slots] for a fused card)."""
+    sizes = relay_consts(p, card.sizes["cols"])
+    if not _fused(card):
+        return _header(card, p, **sizes) + "\n__device__ __forceinline__ float xv(T v) { return to_f(v); }\n"
+    return f"""{PREAMBLE}
+{typedefs(T=card.inputs[0].spec.dtype, TO=output_spec(card, 0).dtype, TF=_in_dtype(card))}
+{consts(COLS=card.sizes["cols"], VEC=p["vec"], **sizes)}
+typedef Pack<T, VEC> P;
+typedef Pack<TO, VEC> PO;
+{_fused_loader(card)}
+__device__ __forceinline__ float xv(T v) {{ return to_f(from_f<TF>(fx(to_f(v)))); }}
+"""
+
+
 def _relay_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     """Note [rows relayed through global memory] (relay.py): a piece's (max, sum), combined with MaxSum."""
-    val = "to_f(p.v[j]) - m - lse" if log else "__expf(to_f(p.v[j]) - m) * inv"
+    val = "xv(p.v[j]) - m - lse" if log else "__expf(xv(p.v[j]) - m) * inv"
     pre = "const float lse = __logf(st.y);" if log else "const float inv = 1.f / st.y;"
     write = f"""
       const float m = st.x;
@@ -612,8 +663,7 @@ def _relay_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
           stp<TO, VEC>(yr + col, o);
         }}
       }}"""
-    head = _header(card, p, **relay_consts(p, card.sizes["cols"]))
-    return head + RELAY_HELPERS + """
+    return _relay_header(card, p) + RELAY_HELPERS + """
 typedef float2 V;
 typedef MaxSum Op;
 __device__ __forceinline__ V ident() { return make_float2(-CUDART_INF_F, 0.f); }
@@ -649,7 +699,8 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
         src, scratch = _pipe_source(card, p, log), None
     elif s == "relay":  # Note [rows relayed through global memory]: one block per SM, every block resident
         ppr = cdiv(cols, p["pe"])
-        launches = [relay_launch("softmax_relay", p, ["in:self", "out:0", "scratch:part", "i64:rows"], isz)]
+        args = _in_args(card) + ["out:0", "scratch:part", "i64:rows"]
+        launches = [relay_launch("softmax_relay", p, args, _relay_isz(card))]
         src, scratch = _relay_source(card, p, log), relay_scratch("rows", ppr)
     else:
         grid = f"rows * {p['splits']}"
