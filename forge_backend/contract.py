@@ -168,7 +168,8 @@ class Candidate:
         scratch = []
         for name, s in (plan.get("scratch") or {}).items():
             if isinstance(s, Mapping):
-                scratch.append((str(name), Scratch(s.get("bytes", 0), bool(s.get("zero", False)), s.get("persist", False))))
+                scratch.append((str(name), Scratch(s.get("bytes", 0), bool(s.get("zero", False)),
+                                                   s.get("persist", False))))
             else:
                 scratch.append((str(name), Scratch(s)))
         return cls(source, tuple(Launch.from_json(l) for l in plan["launches"]), tuple(scratch), description,

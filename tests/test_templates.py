@@ -391,7 +391,8 @@ def test_relay_group_norm_takes_groups_as_rows() -> None:
     (l,), scratch = resolve_plan(cand, card.sizes, card.floats)
     assert l.cooperative and l.grid == (SMS, 1, 1) and l.block == (19 * 32, 1, 1)
     assert [a for a, _ in l.args] == ["in", "in", "in", "out", "out", "out", "f32", "scratch", "i64"]
-    assert l.args[-1] == ("i64", 32) and scratch == (ResolvedScratch("part", 32 * 64 * 8 + 8, True, True),)  # 64 a group
+    assert l.args[-1] == ("i64", 32)
+    assert scratch == (ResolvedScratch("part", 32 * 64 * 8 + 8, True, True),)  # 64 pieces a group, then 2 counters
     assert l.smem == 1792 + 6 * 32768  # the head holds 16-byte (count, mean, M2) partials
     assert "typedef Chan Op;" in cand.source and "if (c0 == 0) { mean_out[row]" in cand.source
     _compile_once(cand)
