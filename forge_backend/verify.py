@@ -243,6 +243,13 @@ def prepare_trials(card: OperatorCard, device: torch.device, trials: Sequence[st
     return out
 
 
+def _sync(device: torch.device) -> None:
+    """Wait for the launches (a kernel's fault surfaces here). On the CPU there is nothing to wait for: the verifier's
+    CPU tests pass kernels written with torch ops (tests/test_verify_cpu.py)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _follows_a_changed_input(card: OperatorCard, launch_into: LaunchInto, allocate: Callable[[], list[torch.Tensor]],
                              device: torch.device, trial: Trial) -> VerifyReport:
     """Change one element (+3) of each floating input of ``trial`` in place, launch on the same buffers, compare with
@@ -258,8 +265,12 @@ def _follows_a_changed_input(card: OperatorCard, launch_into: LaunchInto, alloca
     try:
         outs = allocate()
         _poisoned(outs)
-        launch_into(trial.inputs, outs)
-        torch.cuda.synchronize(device)
+        try:
+            launch_into(trial.inputs, outs)
+            _sync(device)
+        except Exception as e:  # as in verify: a launch error is a failed candidate
+            return VerifyReport(False, "launch", f"{type(e).__name__}: {e}", trial=trial.index,
+                                distribution=trial.distribution)
         eager = call_aten(card.signature_obj(), trial.inputs)
         for o, r, e, t in zip(outs, reference_outputs(card, trial.inputs), eager, card.outputs):
             rep = _compare(o, r.to(o.device), e, t.name, stat_floor(card, t.name, trial.inputs))
@@ -286,7 +297,7 @@ def verify(card: OperatorCard, launch_into: LaunchInto, allocate: Callable[[], l
         _poisoned(outs)
         try:
             launch_into(trial.inputs, outs)
-            torch.cuda.synchronize(device)
+            _sync(device)
         except Exception as e:  # a launch error is a failed candidate, reported with its message
             return VerifyReport(False, "launch", f"{type(e).__name__}: {e}", trial=i, distribution=dist)
         for g, n in zip(guarded, names):
@@ -307,7 +318,7 @@ def verify(card: OperatorCard, launch_into: LaunchInto, allocate: Callable[[], l
         again = allocate()
         _poisoned(again)
         launch_into(trial.inputs, again)
-        torch.cuda.synchronize(device)
+        _sync(device)
         for o, a, n in zip(outs, again, names):
             if not torch.equal(_bits(o), _bits(a)):
                 return VerifyReport(False, "nondeterministic", f"{n}: a repeat run on the same inputs differs",
