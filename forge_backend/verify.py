@@ -250,6 +250,18 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _launched(launch_into: LaunchInto, inputs: Sequence[torch.Tensor], outs: Sequence[torch.Tensor],
+              device: torch.device, trial: Trial) -> VerifyReport | None:
+    """Launch and wait; a launch error is a failed candidate, reported with its message (None when it ran)."""
+    try:
+        launch_into(inputs, outs)
+        _sync(device)
+    except Exception as e:
+        return VerifyReport(False, "launch", f"{type(e).__name__}: {e}", trial=trial.index,
+                            distribution=trial.distribution)
+    return None
+
+
 def _follows_a_changed_input(card: OperatorCard, launch_into: LaunchInto, allocate: Callable[[], list[torch.Tensor]],
                              device: torch.device, trial: Trial) -> VerifyReport:
     """Change one element (+3) of each floating input of ``trial`` in place, launch on the same buffers, compare with
@@ -265,12 +277,8 @@ def _follows_a_changed_input(card: OperatorCard, launch_into: LaunchInto, alloca
     try:
         outs = allocate()
         _poisoned(outs)
-        try:
-            launch_into(trial.inputs, outs)
-            _sync(device)
-        except Exception as e:  # as in verify: a launch error is a failed candidate
-            return VerifyReport(False, "launch", f"{type(e).__name__}: {e}", trial=trial.index,
-                                distribution=trial.distribution)
+        if (failed := _launched(launch_into, trial.inputs, outs, device, trial)) is not None:
+            return failed
         eager = call_aten(card.signature_obj(), trial.inputs)
         for o, r, e, t in zip(outs, reference_outputs(card, trial.inputs), eager, card.outputs):
             rep = _compare(o, r.to(o.device), e, t.name, stat_floor(card, t.name, trial.inputs))
@@ -295,11 +303,8 @@ def verify(card: OperatorCard, launch_into: LaunchInto, allocate: Callable[[], l
         guarded = _guarded(allocate())
         outs = [g.out for g in guarded]
         _poisoned(outs)
-        try:
-            launch_into(trial.inputs, outs)
-            _sync(device)
-        except Exception as e:  # a launch error is a failed candidate, reported with its message
-            return VerifyReport(False, "launch", f"{type(e).__name__}: {e}", trial=i, distribution=dist)
+        if (failed := _launched(launch_into, trial.inputs, outs, device, trial)) is not None:
+            return failed
         for g, n in zip(guarded, names):
             if not g.intact():
                 return VerifyReport(False, "out_of_bounds", f"{n}: the kernel wrote outside the output (guard band "

@@ -346,7 +346,6 @@ extern "C" __global__ __launch_bounds__(NT) void dwconv1d_window(PARAMS) {{
 """
 
 
-
 def _rows_pairs_kernel(vec: int, rs: int, has_bias: bool) -> str:
     """Note [two positions per lane]: the warp rows with each lane on two adjacent outputs, read from shared memory
     as float2 and stored as one pair."""
