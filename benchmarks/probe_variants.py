@@ -137,12 +137,26 @@ def two_wave_variants() -> list[dict[str, Any]]:
                   stream=[False, True]))
 
 
+def ordered_variants() -> list[dict[str, Any]]:
+    """Gemma's masked attention softmax: row kernels in row order and with the heads that share a mask row launched
+    together (Note [rows that share a broadcast row run together]; `--only attn`)."""
+    out = []
+    for order in (None, "bcast"):
+        more = {"order": order} if order else {}
+        out += [{**p, **more} for p in grid(strategy="block", vec=8, block=[64, 128, 256], cache="reg")]
+        out += [{**p, **more} for p in grid(strategy="group", vec=8, tpr=[16, 32], block=[128, 256], cache="reg")]
+    return out
+
+
 def cases() -> list[tuple[str, OperatorCard, list[dict[str, Any]]]]:
     return [
         ("softmax [64,262144] fp32", tc.softmax((64, 262144), "float32"), softmax_variants(4)),
         ("softmax [64,262144] bf16", tc.softmax((64, 262144), "bfloat16"), softmax_variants(8)),
         ("softmax [64,262144] fp32 narrow", tc.softmax((64, 262144), "float32"), narrow_variants([1, 2])),
         ("softmax [64,262144] fp32 two waves", tc.softmax((64, 262144), "float32"), two_wave_variants()),
+        ("attn softmax [1,8,2048,2048] bf16", tc.softmax_fused(
+            "to_float32(add(mul(x0,1.0),x1))", [((1, 8, 2048, 2048), "bfloat16"), ((1, 1, 2048, 2048), "bfloat16")],
+            "bfloat16"), ordered_variants()),
         ("softcap softmax [64,262144] bf16", tc.softmax_fused("to_float32(mul(tanh(div(x0,30.0)),30.0))",
                                                               [((64, 262144), "bfloat16")]),
          list(grid(strategy="cluster", vec=[4, 8], block=[256, 512], cs=16, cache="smem", stream=[False, True]))),
@@ -157,6 +171,8 @@ def cases() -> list[tuple[str, OperatorCard, list[dict[str, Any]]]]:
          group_norm_variants(4)),
         ("group_norm [2,1536,64,64] bf16", tc.group_norm(2, 1536, 64, 64, dtype="bfloat16", used=(0,)),
          group_norm_variants(8)),
+        ("group_norm [2,1536,64,64] fp32", tc.group_norm(2, 1536, 64, 64, dtype="float32", used=(0,)),
+         group_norm_variants(4)),
         ("group_norm [1,512,128,128] fp32", tc.group_norm(1, 512, 128, 128, dtype="float32", used=(0,)),
          group_norm_variants(4)),
         ("causal_conv1d [1,8192,2048] bf16", tc.causal_conv1d(8192, 2048), conv_variants()),
@@ -190,6 +206,9 @@ def main() -> None:
     ap.add_argument("--fresh-scratch", action="store_true",
                     help="also time each variant whose scratch is kept between launches with that scratch zeroed "
                          "before every launch instead (Note [scratch kept between launches] in contract.py)")
+    ap.add_argument("--copy", action="append", type=int, default=[], metavar="MIB",
+                    help="also time a plain copy (Tensor.copy_) that moves MIB mebibytes, read plus written, with the "
+                         "same timer: the ceiling of a row that moves as much (repeat for several)")
     ap.add_argument("--flush-only", action="store_true",
                     help="only time eager with a read and a write L2 flush (Note [why flush before each repeat])")
     args = ap.parse_args()
@@ -207,8 +226,8 @@ def main() -> None:
     dev = torch.device("cuda", 0)
     timers = {f: Timer(dev, flush=f) for f in ("read", "write")}
 
+    results = [time_copy(dev, timers["read"], mb) for mb in args.copy]
     client = WorkerClient(None, 0, timeout_s=20)
-    results = []
     try:
         for name, card, variants in cases():
             if not name_matches(name, args.only):
@@ -259,6 +278,19 @@ def main() -> None:
     finally:
         client.close()
         save(args.out, results)
+
+
+def time_copy(dev: Any, timer: Any, mb: int) -> dict[str, Any]:
+    """A plain copy moving ``mb`` MiB (half read, half written), timed like the variants, against the measured copy
+    bandwidth of a 2 GiB copy: how close a kernel of that size can get to its floor."""
+    from forge_backend.measure import measure_copy_bandwidth, time_copy as copy_us
+
+    bw = measure_copy_bandwidth(dev)
+    us, floor = copy_us(timer, mb * 2**20), mb * 2**20 / (bw * 1e3)
+    print(f"== copy of {mb} MiB moved: {us:.1f} us, floor {floor:.1f} us at {bw:.0f} GB/s: {100 * floor / us:.1f}%",
+          flush=True)
+    return {"case": f"copy {mb} MiB", "time_us": us, "floor_us": floor, "pct_bw": 100 * floor / us,
+            "copy_bandwidth_gbps": bw}
 
 
 def fresh_scratch(cand: Candidate) -> Candidate:

@@ -76,6 +76,16 @@ def measure_copy_bandwidth(device: torch.device, nbytes: int = 2 * 2**30) -> flo
     return 2 * nbytes / (timing.median_us * 1e3)
 
 
+def time_copy(timer: Timer, nbytes: int) -> float:
+    """Device time (us, the timer's median) of a plain copy that moves ``nbytes`` in all, half read and half written:
+    the ceiling of a kernel that moves as much. A copy reaches the bandwidth of ``measure_copy_bandwidth`` only when
+    it is large (H200, thirteenth session: 84% of it at 64 MiB moved, 95% at 136 MiB, 99% at 1 GiB)."""
+    n = max(nbytes // 8, 1)  # fp32 elements on each side
+    src = torch.empty(n, dtype=torch.float32, device=timer.device).uniform_()
+    dst = torch.empty_like(src)
+    return timer.time(lambda: dst.copy_(src)).median_us
+
+
 def copy_bandwidth(device: torch.device, cache_dir: Path | None) -> float:
     """The measured copy bandwidth of this GPU, cached per device name in ``cache_dir/bandwidth.json``."""
     name = torch.cuda.get_device_name(device)

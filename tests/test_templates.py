@@ -376,6 +376,53 @@ def test_relay_softmax_streams_pieces_through_every_sm() -> None:
     assert not sm.valid(masked, {**sm.defaults(masked, "relay"), "vec": 4})
 
 
+def test_rows_sharing_a_broadcast_row_launch_together() -> None:
+    """order=bcast (Note [rows that share a broadcast row run together]): the row kernels of a fused softmax launch
+    the rows whose broadcasting input row is the same one after another. The launch order is a permutation of the
+    rows (numpy's transpose of the leading dims), offered only where it differs from row order."""
+    import numpy as np
+
+    from forge_backend.search.templates import softmax as sm
+    from forge_backend.search.templates.common import row_order, row_terms
+
+    def launched(card) -> list[int]:
+        out = card.outputs[0].spec
+        terms, rows = row_terms(out, row_order(out, [t.spec for t in card.inputs])), card.sizes["rows"]
+        got = []
+        for r in range(rows):
+            row = 0
+            for size, stride in terms:
+                row += (r % size) * stride
+                r //= size
+            got.append(row)
+        return got
+
+    mask = tc.softmax_fused("add(x0,x1)", [((2, 3, 5, 64), "float32"), ((2, 1, 5, 64), "float32")])
+    assert row_order(mask.outputs[0].spec, [t.spec for t in mask.inputs]) == [0, 2, 1]  # heads innermost
+    want = np.arange(30).reshape(2, 3, 5).transpose(0, 2, 1).reshape(-1).tolist()
+    assert launched(mask) == want and sorted(want) == list(range(30)) and want[:3] == [0, 5, 10]
+    gemma = tc.softmax_fused("to_float32(add(mul(x0,1.0),x1))",
+                             [((1, 8, 16, 64), "bfloat16"), ((1, 1, 16, 64), "bfloat16")], "bfloat16")
+    assert launched(gemma)[:9] == [0, 16, 32, 48, 64, 80, 96, 112, 1]
+    # a mask that already broadcasts over the innermost leading dim, and a plain softmax: nothing to reorder
+    inner = tc.softmax_fused("add(x0,x1)", [((4, 6, 64), "float32"), ((4, 1, 64), "float32")])
+    for card in (inner, CARDS["softmax_1024_bf16"][0]()):
+        root = sm.root_params(card)
+        assert not sm.valid(card, {**root, "order": "bcast"})
+        assert not any(label.startswith("order") for label, _ in sm.actions(card, root))
+    q = sm.root_params(mask)  # the row kernels launch in this order by default, and row order is an action
+    assert q["order"] == "bcast" and sm.valid(mask, q)
+    root = dict(sm.actions(mask, q))["order bcast -> rows"]
+    assert root == {k: v for k, v in q.items() if k != "order"} and sm.valid(mask, root)
+    assert dict(sm.actions(mask, root))["order rows -> bcast"] == q
+    assert not sm.valid(mask, {**root, "order": "heads"})
+    assert not sm.valid(mask, {**sm.defaults(mask, "cluster"), "order": "bcast"})  # the row kernels only
+    src = sm.generate(mask, q).source
+    assert "row += (r % 3LL) * 5LL; r /= 3LL;" in src and "const long long row = ok ? row_of(lr) : lr;" in src
+    assert "row_of" not in sm.generate(mask, root).source
+    _compile_once(sm.generate(gemma, {**sm.root_params(gemma), "order": "bcast"}))
+
+
 def test_relay_group_norm_takes_groups_as_rows() -> None:
     """strategy=relay for group norms (Note [rows relayed through global memory]): a group is a row of
     group_size elements; each piece publishes (mean, M2) and its count follows from its place in the group, so the
@@ -405,6 +452,16 @@ def test_relay_group_norm_takes_groups_as_rows() -> None:
     _compile_once(gn.generate(odd, q))
     acts = dict(gn.actions(card, p))
     assert {"nc 1 -> 2", "lag 3 -> 2", "pe 16384 -> 8192", "strategy relay -> cluster"} <= set(acts)
+    # Note [weights loaded before the wait]: the writers load their channels' weights before they wait for the
+    # statistic, into registers while that is at most 8 packs a lane; past that, at each pack as before
+    for q, early in ((p, True), ({**p, "pe": 16384, "nw": 2}, False)):
+        src = gn.generate(card, q).source
+        write = src[src.index("if (t >= LAG)"):]
+        loads, wait = write.find("to_f(w["), write.index("bar_wait(ready + sl")
+        assert gn.valid(card, q) and (loads < wait if early else loads > wait), q
+        assert ("float wv[NPL]" in src) == early and ("ca * m_r" in write)
+    plain = gn.generate(odd, q := gn.defaults(odd, "relay")).source
+    assert "wv[" not in plain and "(to_f(p.v[j]) - m_r) * r_r" in plain  # no weights: nothing to load
 
 
 def test_group_norm_cluster_keeps_each_group_on_one_cluster() -> None:

@@ -146,6 +146,31 @@ def test_chunk_kept_in_part_passes_the_verifier(case):
     check(card, params)
 
 
+# Note [rows that share a broadcast row run together]: an input broadcasting over the outer and inner leading dims
+# (launched as [5, 3, 7] rows), a last block of rows partly past the end (group), a log-free masked softmax into fp16,
+# Gemma's mask at its shape
+ORDERED = [
+    (tc.softmax_fused("add(mul(x0,0.125),x1)", [((3, 5, 7, 1000), "float32"), ((5, 1, 1000), "float32")], "float16"),
+     {"strategy": "block", "vec": 4, "block": 128, "cache": "reg", "order": "bcast"}),
+    (tc.softmax_fused("add(mul(x0,0.125),x1)", [((3, 5, 7, 1000), "float32"), ((5, 1, 1000), "float32")], "float16"),
+     {"strategy": "group", "vec": 4, "block": 256, "tpr": 32, "cache": "reg", "order": "bcast"}),
+    (tc.softmax_fused("to_float32(add(x0,x1))", [((2, 3, 5, 4104), "bfloat16"), ((2, 1, 5, 4104), "bfloat16")],
+                      "bfloat16"), {"strategy": "block", "vec": 8, "block": 256, "cache": "none", "online": True,
+                                    "order": "bcast"}),
+    (tc.softmax_fused("to_float32(add(mul(x0,1.0),x1))",
+                      [((1, 8, 2048, 2048), "bfloat16"), ((1, 1, 2048, 2048), "bfloat16")], "bfloat16"),
+     {"strategy": "group", "vec": 8, "block": 256, "tpr": 32, "cache": "reg", "order": "bcast"}),
+]
+
+
+@pytest.mark.parametrize("case", ORDERED, ids=lambda c: f"{'x'.join(map(str, c[0].inputs[0].spec.shape))}-"
+                         f"{c[1]['strategy']}")
+def test_rows_launched_by_broadcast_row_pass_the_verifier(case):
+    card, params = case
+    assert family_for(card).valid(card, params), params
+    check(card, params)
+
+
 # Note [rows relayed through global memory]: last pieces shorter than the others (warps past the row's end),
 # log_softmax, fp16 and bf16, one packed word per lane (fp16, nw=2, 128 pieces a row), one row, slots reused many
 # times (k=3), one to four control warps, the anchor shapes
@@ -162,6 +187,8 @@ RELAY = [
     # group norms: last pieces of 520 and 512 elements, channels that end inside pieces, mean and rstd stored, no
     # affine, the anchor shapes
     (tc.group_norm(1, 64, 200, 200, groups=8, dtype="float32"), {"pe": 8192, "nw": 16, "nc": 1, "k": 6, "lag": 3}),
+    # 32 packs a lane: the weights loaded at each pack (Note [weights loaded before the wait]: past 8, not early)
+    (tc.group_norm(1, 64, 200, 200, groups=8, dtype="float32"), {"pe": 8192, "nw": 2, "nc": 1, "k": 6, "lag": 3}),
     (tc.group_norm(1, 32, 136, 136, groups=4, dtype="bfloat16"), {"pe": 8192, "nw": 8, "nc": 2, "k": 8, "lag": 4}),
     (tc.group_norm(1, 32, 136, 136, groups=4, dtype="float16", affine=False), {"pe": 4096, "nw": 4, "nc": 1, "k": 5,
                                                                                "lag": 2}),
@@ -214,7 +241,7 @@ def test_relay_is_captured_and_replayed_by_a_cuda_graph():
         torch.testing.assert_close(out, torch.softmax(x, -1), rtol=1e-3, atol=1e-9)
 
 
-@pytest.mark.parametrize("case", [RELAY[1], RELAY[12], RELAY[-1]], ids=["softmax", "group_norm", "fused"])
+@pytest.mark.parametrize("case", [RELAY[1], RELAY[13], RELAY[-1]], ids=["softmax", "group_norm", "fused"])
 def test_relay_launches_in_a_row_share_one_kept_scratch(case):
     """Note [rows relayed through global memory], marks: launches one after another on one launcher reuse its
     scratch without a fill; each is right on new data, and each advances the epoch once and rearms the count."""

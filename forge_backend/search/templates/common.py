@@ -303,6 +303,42 @@ def broadcasts_over_rows(x: TensorSpec, out: TensorSpec) -> bool:
     return all(a in (1, b) for a, b in zip(reversed(x.shape), reversed(out.shape)))
 
 
+# Note [rows that share a broadcast row run together]
+# A fused row kernel's input may broadcast over some leading dims: Gemma's causal mask [1, 1, S, S] against scores
+# [1, 8, S, S]. In row order the eight heads' rows that read mask row i lie S rows apart, so each mask row is fetched
+# again after 2 S rows of other traffic have gone through the L2. ``order=bcast`` launches the rows with those dims
+# innermost (``row_order``): consecutive rows, in one block or in neighbouring blocks, read the same mask row while it
+# is on chip. The output rows are the same rows; only which block takes which row changes. ``row_terms`` is the index
+# arithmetic of the generated ``row_of`` and the CPU tests check it against numpy's transpose.
+def row_order(out: TensorSpec, xs: Iterable[TensorSpec]) -> list[int] | None:
+    """The leading dims of ``out`` (those of size > 1) in launch order, last fastest, with the dims some ``x``
+    broadcasts over innermost; None where that is the row-major order already."""
+    lead = [d for d in range(len(out.shape) - 1) if out.shape[d] > 1]
+    xs = list(xs)
+
+    def broadcast(d: int) -> bool:
+        pads = [(x, len(out.shape) - len(x.shape)) for x in xs]
+        return any(d < pad or x.shape[d - pad] == 1 for x, pad in pads)
+
+    shared = [d for d in lead if broadcast(d)]
+    order = [d for d in lead if d not in shared] + shared
+    return None if not shared or order == lead else order
+
+
+def row_terms(out: TensorSpec, order: list[int]) -> list[tuple[int, int]]:
+    """(size, row-major stride in rows) per dim of ``order``, fastest first: launch index ``r`` is row
+    ``sum((r / prod(earlier sizes)) % size * stride)``."""
+    lead = len(out.shape) - 1
+    mult = {d: math.prod(out.shape[d + 1:lead]) for d in range(lead)}
+    return [(out.shape[d], mult[d]) for d in reversed(order)]
+
+
+def row_of_source(out: TensorSpec, order: list[int]) -> str:
+    """``row_of(r)``: the row that launch index ``r`` takes (Note [rows that share a broadcast row run together])."""
+    body = "".join(f"\n  row += (r % {size}LL) * {stride}LL; r /= {size}LL;" for size, stride in row_terms(out, order))
+    return f"__device__ __forceinline__ long long row_of(long long r) {{\n  long long row = 0;{body}\n  return row;\n}}"
+
+
 def rows_aligned(vec: int, out: TensorSpec, xs: Iterable[TensorSpec]) -> bool:
     """Every row of every ``x`` starts on a whole pack of ``vec`` elements."""
     return all(st % vec == 0 for x in xs for _, _, st in row_strides(out, x))

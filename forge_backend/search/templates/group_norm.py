@@ -114,14 +114,21 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
 
 def root_params(card: OperatorCard) -> dict[str, Any]:
     gs, isz = card.sizes["group_size"], main_itemsize(card)
-    if gs * isz >= 2**20 and card.sizes["N"] * card.sizes["G"] * gs * isz >= 16 * 2**20:
+    if gs * isz >= 512 * 1024 and card.sizes["N"] * card.sizes["G"] * gs * isz >= 16 * 2**20:
         # Note [rows relayed through global memory] in relay.py; eleventh session, probe_relay_gn.json, same runs:
         # [1,512,256,256] bf16 45.3 us against the sync root's 55.2, fp32 75.4 against 94.2; [1,512,128,128] fp32
-        # 24.4 against 32.5 (the kept-in-part cluster's 24.7 in the seventh session). Smaller groups keep the
+        # 24.4 against 32.5 (the kept-in-part cluster's 24.7 in the seventh session). Groups of 512 KB to 1 MB
+        # since the thirteenth session: [1,512,128,128] bf16 (512 KB) 15.0 us against the kept-in-part cluster's
+        # 18.8 in run J's search; [2,1536,64,64] fp32 (768 KB) 31.4 and 30.6 us against the kept-in-part cluster's
+        # 34.7 and 34.6, alternately in one run (probe_session13_gn32.json). Its bf16 groups (384 KB) stay with the
+        # cluster: 20.4 and 20.6 us against this layout's 21.2 (probe_session13_gn16.json). Smaller groups keep the
         # cluster roots that won their probes; the relay is a seed there
         p = defaults(card, "relay")
         if valid(card, p):
             return p
+    kept = kept_seed(card)
+    if kept is not None:  # groups of >= 256 KB: the kept-in-part cluster (kept_seed), where the first valid default,
+        return kept  # the sync kernel, ran [2,1536,64,64] bf16 in 45.9 us against its 20.4 (thirteenth session)
     return next(p for s in STRATEGIES if valid(card, p := defaults(card, s)))
 
 
@@ -612,6 +619,17 @@ _RELAY_REDUCE = """
       const V v = make_float4(nv, mv, q, 0.f);"""
 
 
+# Note [weights loaded before the wait]
+# The relay's writers wait for their piece's group statistic, then normalise. Each pack needs its channel's weight and
+# bias, two 2-byte global loads, and the first version issued them after that wait, right before their first use.
+# Nsight Compute on [1,512,256,256] bf16 (thirteenth session, ncu/ncu_group_norm__1_512_256_256__bf16_root.*): 12% of
+# the kernel's warp-stall samples sat on the conversion of the first weight (long scoreboard), next to the 13% on the
+# wait itself. They do not depend on the statistic, so the writers now load them before they wait, into registers
+# (while that is at most 8 packs a lane), and the two latencies overlap. The arithmetic is ATen's fused form as before
+# (ca = rstd * w, cb = b - ca * mean). Timed against the code before, alternately in one call, two rounds
+# (probe_session13_weights_ab.json): fp32 [1,512,128,128] 22.3 and 22.1 us against 22.6 and 22.4, [1,512,256,256]
+# 70.0 and 70.0 against 70.8 and 71.3; but bf16 [1,512,256,256], the profiled kernel, 43.7 and 43.7 against 43.4 and
+# 43.5. The stall samples moved to other waits rather than going away: about 1.3% faster in fp32, 0.6% slower there.
 def _relay_source(card: OperatorCard, p: dict[str, Any]) -> tuple[str, list[str]]:
     """Note [rows relayed through global memory] (relay.py) with groups as rows: a warp's (count, mean, M2) from its
     packs (two passes over registers), combined with Chan's formula in warp and then piece order; the resolver of a
@@ -619,10 +637,21 @@ def _relay_source(card: OperatorCard, p: dict[str, Any]) -> tuple[str, list[str]
     x = main_input(card)
     gs = card.sizes["group_size"]
     has_w, has_b = input_spec(card, "weight") is not None, input_spec(card, "bias") is not None
-    if has_w or has_b:  # ATen's fused form, as _gn_normalise
-        coef = (f"const float ca = {'r_r * to_f(w[c])' if has_w else 'r_r'}; "
-                f"const float cb = {'to_f(b[c])' if has_b else '0.f'} - ca * m_r;")
+    prefetch, early = "", relay_consts(p, gs)["NPL"] <= 8  # at most 16 registers of weights a lane
+    if has_w or has_b:  # ATen's fused form, as _gn_normalise; Note [weights loaded before the wait]
+        wv, bv = ("wv[i]", "bv[i]") if early else ("to_f(w[gg * D + e / HW])", "to_f(b[gg * D + e / HW])")
+        coef = (f"const float ca = {f'r_r * {wv}' if has_w else 'r_r'}; "
+                f"const float cb = {bv if has_b else '0.f'} - ca * m_r;")
         val = "to_f(p.v[j]) * ca + cb"
+        loads = " ".join(load for load in ("wv[i] = to_f(w[c]);" if has_w else "",
+                                           "bv[i] = to_f(b[c]);" if has_b else "") if load)
+        prefetch = "" if not early else f"""
+      float wv[NPL], bv[NPL];
+#pragma unroll
+      for (int i = 0; i < NPL; ++i) {{
+        const int e = c0 + wc + (i * 32 + lane) * VEC, c = (int)(row % G) * D + e / HW;
+        if (e < COLS) {{ {loads} }}
+      }}"""
     else:
         coef, val = "", "(to_f(p.v[j]) - m_r) * r_r"
     outs = " ".join(store for store in ("mean_out[row] = from_f<TM>(mean);" if output_spec(card, 1) else "",
@@ -640,7 +669,6 @@ def _relay_source(card: OperatorCard, p: dict[str, Any]) -> tuple[str, list[str]
         const int e = c0 + wc + (i * 32 + lane) * VEC;
         if (e < COLS) {{
           const P p = sp[i * 32 + lane];
-          const int c = gg * D + e / HW;
           {coef}
           PO o;
 #pragma unroll
@@ -661,7 +689,7 @@ def _relay_source(card: OperatorCard, p: dict[str, Any]) -> tuple[str, list[str]
 typedef Pack<T, VEC> P;
 typedef Pack<TO, VEC> PO;
 """
-    return head + RELAY_HELPERS + _RELAY_STATS + relay_kernel("gn_relay", params, _RELAY_REDUCE, resolve, write), args
+    return head + RELAY_HELPERS + _RELAY_STATS + relay_kernel("gn_relay", params, _RELAY_REDUCE, resolve, write, prefetch), args
 
 
 def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:

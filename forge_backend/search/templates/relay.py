@@ -35,9 +35,9 @@ Measured (H200, eleventh session, same runs as each root; probe_relay*.json): so
 (81% of the copy bandwidth) against the cluster's 43.6; bf16 26.6-26.8 against 27.5; group norm [1,512,256,256]
 bf16 45.3 against 55.2, fp32 75.4 against 94.2; [1,512,128,128] fp32 24.4 against 32.5. With more pieces a group
 than SMs (ops run I): [1,128,1024,1024] bf16 151.0 us against the eighth session's 203.0; fp32 (512 pieces a group)
-393.6 against the split's 394.6-397.1 in the same search, a tie. It is the root of softmaxes
-with rows of >= 256 KB and group norms with groups of >= 1 MB, both of >= 16 MB in all (softmax.root_params,
-group_norm.root_params), and a seed wherever else it is valid.
+393.6 against the split's 394.6-397.1 in the same search, a tie. It is the root of softmaxes with rows of >= 256 KB
+and group norms with groups of >= 512 KB (1 MB before the thirteenth session), both of >= 16 MB in all
+(softmax.root_params, group_norm.root_params), and a seed wherever else it is valid.
 
 Progress: a block's pieces are NB apart, so one row holds at most c = ceil(PPR / NB) of them, in a run of the block's
 successive pieces; with LAG >= c - 1 the consumers reduce the last of them before they wait for the first one's row,
@@ -204,7 +204,7 @@ def relay_scratch(rows: str, ppr: int) -> dict[str, tuple[str, bool, bool]]:
     return {"part": (f"{rows} * {ppr * 8} + 8", True, True)}
 
 
-def relay_kernel(name: str, params: str, reduce_piece: str, resolve: str, write_piece: str) -> str:
+def relay_kernel(name: str, params: str, reduce_piece: str, resolve: str, write_piece: str, prefetch: str = "") -> str:
     """The relay kernel ``name`` (see the Note): NW consumer warps, NC resolver warps, a loader and a publisher warp
     per block. The caller's header defines T, P (a pack of VEC T), COLS, VEC and ``relay_consts`` (NT: NW + NC + 2
     warps); the partial type ``V`` with its combine ``Op`` and ``ident()``; and ``pack_stat(V) -> float2`` /
@@ -216,7 +216,10 @@ def relay_kernel(name: str, params: str, reduce_piece: str, resolve: str, write_
       columns ``c0 + wc ...`` (``wc`` = the warp's first column in the piece);
     * ``resolve`` (resolver lane 0, with ``c0`` of its piece) turns the row's combined ``V a`` into ``float2 fin``
       for the writers (and may store per-row outputs where ``c0 == 0``);
-    * ``write_piece`` (every consumer lane) reads ``const float2 st`` and stores the warp's share of the piece."""
+    * ``write_piece`` (every consumer lane) reads ``const float2 st`` and stores the warp's share of the piece;
+    * ``prefetch`` (every consumer lane, before it waits for the row's statistic) loads what ``write_piece`` needs
+      that does not depend on it (a group norm's per-channel weights: Note [weights loaded before the wait] in
+      group_norm.py)."""
     return f"""
 extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
     unsigned long long* __restrict__ part, long long rows) {{
@@ -322,7 +325,7 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
     }}
     if (t >= LAG) {{
       const long long u = t - LAG, g = blockIdx.x + u * NB, row = g / PPR;
-      const int c0 = (int)(g - row * PPR) * PE, sl = (int)(u % K);
+      const int c0 = (int)(g - row * PPR) * PE, sl = (int)(u % K);{prefetch}
       bar_wait(ready + sl, (unsigned)(u / K) & 1u);
       const float2 st = stat[sl];
       const P* sp = reinterpret_cast<const P*>(slots + sl * PE + wc);{write_piece}
