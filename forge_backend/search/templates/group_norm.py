@@ -689,7 +689,8 @@ def _relay_source(card: OperatorCard, p: dict[str, Any]) -> tuple[str, list[str]
 typedef Pack<T, VEC> P;
 typedef Pack<TO, VEC> PO;
 """
-    return head + RELAY_HELPERS + _RELAY_STATS + relay_kernel("gn_relay", params, _RELAY_REDUCE, resolve, write, prefetch), args
+    kernel = relay_kernel("gn_relay", params, _RELAY_REDUCE, resolve, write, prefetch)
+    return head + RELAY_HELPERS + _RELAY_STATS + kernel, args
 
 
 def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:

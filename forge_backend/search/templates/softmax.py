@@ -137,9 +137,9 @@ def _order(card: OperatorCard) -> list[int] | None:
 
 def _bcast(card: OperatorCard) -> dict[str, str]:
     """The row kernels' default launch order: rows that share a broadcast input row together where there are such
-    rows. Thirteenth session's probe (probe_session13_attn_copy.json, same run) at Gemma's masked softmax [1,8,2048,2048]
-    bf16: 40.7 us against 41.8 at the root's 64 threads, 40.3 against 41.0 at 128, 43.1 against 45.6 for a warp per
-    row in blocks of 128 threads; a tie at 256 threads (44.4 against 44.2)."""
+    rows. Thirteenth session's probe (probe_session13_attn_copy.json, same run) at Gemma's masked softmax
+    [1,8,2048,2048] bf16: 40.7 us against 41.8 at the root's 64 threads, 40.3 against 41.0 at 128, 43.1 against 45.6
+    for a warp per row in blocks of 128 threads; a tie at 256 threads (44.4 against 44.2)."""
     return {"order": "bcast"} if _order(card) is not None else {}
 
 
@@ -447,7 +447,8 @@ def _rows_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     assert "XRow" in setup or not _fused(card), "ROW_SETUP no longer declares xr as the softmax expects"
     order, row_of = _order(card), ""
     if p.get("order") == "bcast" and order is not None:  # Note [rows that share a broadcast row run together]
-        launch_row = "  const long long row = (long long)blockIdx.x * RPB + threadIdx.x / TPR;\n  const bool ok = row < rows;"
+        launch_row = ("  const long long row = (long long)blockIdx.x * RPB + threadIdx.x / TPR;\n"
+                      "  const bool ok = row < rows;")
         assert launch_row in setup, "ROW_SETUP no longer computes the row as the launch order expects"
         setup = setup.replace(launch_row, "  const long long lr = (long long)blockIdx.x * RPB + threadIdx.x / TPR;\n"
                                           "  const bool ok = lr < rows;\n  const long long row = ok ? row_of(lr) : lr;")
