@@ -226,7 +226,10 @@ def main() -> None:
     dev = torch.device("cuda", 0)
     timers = {f: Timer(dev, flush=f) for f in ("read", "write")}
 
-    results = [time_copy(dev, timers["read"], mb) for mb in args.copy]
+    if args.copy:
+        from forge_backend.measure import measure_copy_bandwidth
+        bw = measure_copy_bandwidth(dev)
+    results = [time_copy(timers["read"], mb, bw) for mb in args.copy]
     client = WorkerClient(None, 0, timeout_s=20)
     try:
         for name, card, variants in cases():
@@ -280,12 +283,11 @@ def main() -> None:
         save(args.out, results)
 
 
-def time_copy(dev: Any, timer: Any, mb: int) -> dict[str, Any]:
-    """A plain copy moving ``mb`` MiB (half read, half written), timed like the variants, against the measured copy
-    bandwidth of a 2 GiB copy: how close a kernel of that size can get to its floor."""
-    from forge_backend.measure import measure_copy_bandwidth, time_copy as copy_us
+def time_copy(timer: Any, mb: int, bw: float) -> dict[str, Any]:
+    """A plain copy moving ``mb`` MiB (half read, half written), timed like the variants, against ``bw``, the measured
+    copy bandwidth of a 2 GiB copy: how close a kernel of that size can get to its floor."""
+    from forge_backend.measure import time_copy as copy_us
 
-    bw = measure_copy_bandwidth(dev)
     us, floor = copy_us(timer, mb * 2**20), mb * 2**20 / (bw * 1e3)
     print(f"== copy of {mb} MiB moved: {us:.1f} us, floor {floor:.1f} us at {bw:.0f} GB/s: {100 * floor / us:.1f}%",
           flush=True)

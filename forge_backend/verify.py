@@ -322,8 +322,8 @@ def verify(card: OperatorCard, launch_into: LaunchInto, allocate: Callable[[], l
                 worst = rep
         again = allocate()
         _poisoned(again)
-        launch_into(trial.inputs, again)
-        _sync(device)
+        if (failed := _launched(launch_into, trial.inputs, again, device, trial)) is not None:
+            return failed
         for o, a, n in zip(outs, again, names):
             if not torch.equal(_bits(o), _bits(a)):
                 return VerifyReport(False, "nondeterministic", f"{n}: a repeat run on the same inputs differs",

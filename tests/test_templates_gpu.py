@@ -20,6 +20,7 @@ def check(card, params=None):
     fam = family_for(card)
     assert fam is not None, card.op
     params = params if params is not None else fam.root_params(card)
+    assert fam.valid(card, params), params
     cand = fam.generate(card, params)
     run = Launcher(card, cand, compile_candidate(cand, card.arch).cubin, DEV)
     rep = verify(card, run.launch_into, run.allocate_outputs, DEV)
@@ -141,9 +142,7 @@ KEPT_IN_PART += [
                          f"{'x'.join(map(str, c[0].inputs[0].spec.shape))}-keep{c[1].get('keep', 'all')}"
                          f"{'-tma' if c[1].get('tma') else ''}")
 def test_chunk_kept_in_part_passes_the_verifier(case):
-    card, params = case
-    assert family_for(card).valid(card, params), params
-    check(card, params)
+    check(*case)
 
 
 # Note [rows that share a broadcast row run together]: an input broadcasting over the outer and inner leading dims
@@ -166,9 +165,7 @@ ORDERED = [
 @pytest.mark.parametrize("case", ORDERED, ids=lambda c: f"{'x'.join(map(str, c[0].inputs[0].spec.shape))}-"
                          f"{c[1]['strategy']}")
 def test_rows_launched_by_broadcast_row_pass_the_verifier(case):
-    card, params = case
-    assert family_for(card).valid(card, params), params
-    check(card, params)
+    check(*case)
 
 
 # Note [rows relayed through global memory]: last pieces shorter than the others (warps past the row's end),
@@ -211,9 +208,7 @@ RELAY = [
 def test_relay_passes_the_verifier(case):
     card, knobs = case
     fam = family_for(card)
-    params = {**fam.defaults(card, "relay"), **knobs}
-    assert fam.valid(card, params), params
-    check(card, params)
+    check(card, {**fam.defaults(card, "relay"), **knobs})
 
 
 def test_relay_is_captured_and_replayed_by_a_cuda_graph():

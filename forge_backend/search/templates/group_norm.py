@@ -622,9 +622,9 @@ _RELAY_REDUCE = """
 # Note [weights loaded before the wait]
 # The relay's writers wait for their piece's group statistic, then normalise. Each pack needs its channel's weight and
 # bias, two 2-byte global loads, and the first version issued them after that wait, right before their first use.
-# Nsight Compute on [1,512,256,256] bf16 (thirteenth session, ncu/ncu_group_norm__1_512_256_256__bf16_root.*): 12% of
-# the kernel's warp-stall samples sat on the conversion of the first weight (long scoreboard), next to the 13% on the
-# wait itself. They do not depend on the statistic, so the writers now load them before they wait, into registers
+# Nsight Compute on [1,512,256,256] bf16 (thirteenth session, results/h200/ncu/gn_relay_bf16_session13.*): 12% of the
+# kernel's warp-stall samples sat on the conversion of the first weight (long scoreboard), next to the 13% on the wait
+# itself. They do not depend on the statistic, so the writers now load them before they wait, into registers
 # (while that is at most 8 packs a lane), and the two latencies overlap. The arithmetic is ATen's fused form as before
 # (ca = rstd * w, cb = b - ca * mean). Timed against the code before, alternately in one call, two rounds
 # (probe_session13_weights_ab.json): fp32 [1,512,128,128] 22.3 and 22.1 us against 22.6 and 22.4, [1,512,256,256]
