@@ -6,6 +6,16 @@ H200 machine (anchors/): NVRTC 0.12 s per small kernel against 66 s for torch's 
 Note [cubin cache key]
 sha256 over (source, arch, NVRTC version, compile options). Writes go to a temp file and are renamed into place, so
 two processes compiling the same source at once both end with a whole file; a file that fails to load is a miss.
+
+Note [NVRTC writes into the buffer it is given]
+``nvrtcGetProgramLog`` and ``nvrtcGetCUBIN`` write into the Python object passed as their ``char*``. The buffers
+were ``b" " * n``, and CPython returns its shared one-byte singleton for ``b" " * 1``: the empty log of every
+successful compile (one byte, its terminating NUL) overwrote the process's ``b" "`` with ``b"\x00"``. On Python 3.12
+the parser builds an f-string's literal parts through that singleton, so every module compiled from source afterwards
+in the process lost the lone spaces of its f-strings: the template modules, imported after an LLM search had compiled
+kernels, generated ``typedef __nv_bfloat16T;`` and NVRTC refused it (thirteenth and fourteenth sessions,
+``benchmarks/repro_llm_then_compile.py``; ``tests/test_nvrtc_buffers.py`` pins it). Buffers are now fresh
+``bytearray`` objects.
 """
 from __future__ import annotations
 
@@ -76,7 +86,7 @@ def _check(result, what: str) -> None:
 def _program_log(prog) -> str:
     nvrtc = _nvrtc()
     err, n = nvrtc.nvrtcGetProgramLogSize(prog)
-    buf = b" " * n
+    buf = bytearray(n)  # Note [NVRTC writes into the buffer it is given]
     nvrtc.nvrtcGetProgramLog(prog, buf)
     return buf.decode(errors="replace").rstrip("\x00").strip()
 
@@ -109,9 +119,10 @@ def compile_source(source: str, arch: str = "sm_90", cache_dir: Path | None = No
             raise CandidateFailure("compile", _first_error(text), text)
         err, n = nvrtc.nvrtcGetCUBINSize(prog)
         _check(err, "nvrtcGetCUBINSize")
-        cubin = b" " * n
-        (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
+        buf = bytearray(n)  # Note [NVRTC writes into the buffer it is given]
+        (err,) = nvrtc.nvrtcGetCUBIN(prog, buf)
         _check(err, "nvrtcGetCUBIN")
+        cubin = bytes(buf)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     if path is not None:

@@ -61,6 +61,20 @@ against 43.8, [1,512,128,128] fp32 22.6 against 24.4.
 
 Moves the input as it is in memory (a bulk copy moves bytes; a fused prologue runs in the consumers: Note [a
 prologue run from the relay's slots] in softmax.py), in 16-byte packs, rows whose byte length is a multiple of 16.
+
+Note [pieces re-read from L2: measured, not kept]
+A row holds its slots from its load until its statistic is resolved, so at [1,128,1024,1024] fp32 (16 MB groups, four
+32 KB pieces of a group per block) four of a block's six slots wait on each group and two load ahead: 381-383 us, 66%
+of the copy bandwidth. The fourteenth session tried freeing a slot as soon as its piece was reduced: the writers
+re-read the piece from global memory (an L2 hit, about 13 MB back), the statistic went to a ring of its own (lag + 2
+entries, with ``taken`` mbarriers), and the CPU model of the warps (test_relay_protocol.py, extended) checked the
+progress rules, tight at nc <= lag + 3. Every layout passed the GPU verifier (32 relay tests with nine new ones), but
+it lost everywhere it was probed (probe_session14_reread.json, same runs as each root): re-read at the write, 45-55%
+slower ([1,512,128,128] fp32 33.3 against 22.0 us); with the packs loaded a step ahead into registers, before the
+step's reduce, 10-30% slower ([1,512,128,128] fp32 25.0 against 22.1, [1,512,256,256] bf16 53.3 against 41.9,
+softmax [64,262144] bf16 29.6 against 24.3, [1,128,1024,1024] bf16 194.1 against 154.0) and only at the 16 MB fp32
+groups 1.5% faster (376.9 against 382.8 us, k=4, lag=8). The consumers are latency-bound already (Nsight Compute,
+thirteenth session); a second read to wait for costs more than the slots it frees. Not kept.
 """
 from __future__ import annotations
 
