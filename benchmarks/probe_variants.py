@@ -179,6 +179,12 @@ def cases() -> list[tuple[str, OperatorCard, list[dict[str, Any]]]]:
          relay_variants(4)),
         ("group_norm [1,128,1024,1024] bf16", tc.group_norm(1, 128, 1024, 1024, dtype="bfloat16", used=(0,)),
          relay_variants(2)),
+        ("group_norm [1,256,512,512] bf16", tc.group_norm(1, 256, 512, 512, dtype="bfloat16", used=(0,)),
+         relay_variants(2)),
+        ("group_norm [1,512,128,128] bf16", tc.group_norm(1, 512, 128, 128, dtype="bfloat16", used=(0,)),
+         group_norm_variants(8)),
+        ("group_norm [1,512,256,256] fp16", tc.group_norm(1, 512, 256, 256, dtype="float16", used=(0,)),
+         relay_variants(2)),
         ("causal_conv1d [1,8192,2048] bf16", tc.causal_conv1d(8192, 2048), conv_variants()),
         # the same bytes with output rows that start on 16-byte boundaries (k=5, padding 2: 2048 outputs per row, where
         # Qwen's 2051 start at odd 2-byte offsets): is that what holds the conv at 40% of the copy bandwidth?

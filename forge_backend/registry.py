@@ -21,12 +21,16 @@ from .signature import TensorSpec, to_dtype
 log = logging.getLogger("kforge")
 
 RunFn = Callable[[Sequence[torch.Tensor]], list[torch.Tensor]]
+# the kernel with its outputs allocated with the given strides (they may differ from the card's on size-1 dims only)
+StridedRunFn = Callable[[Sequence[torch.Tensor], Sequence[Sequence[int]]], list[torch.Tensor]]
 
 
 @dataclass(frozen=True)
 class KernelImpl:
     """A usable kernel for one signature key. ``run`` takes the op's tensor inputs in schema order (None skipped)
-    and returns the used outputs in order. ``speedup`` is the verified speedup over eager, for reports."""
+    and returns the used outputs in order. ``speedup`` is the verified speedup over eager, for reports. Where both
+    are set, ``run_strided`` runs the kernel into outputs of given strides and ``eager`` runs PyTorch's own op on the
+    same inputs: the eager path uses them to lay outputs out as eager does (eager_layout.py)."""
 
     key: str
     op: str
@@ -35,6 +39,8 @@ class KernelImpl:
     description: str = ""
     speedup: float | None = None
     extra: dict = field(default_factory=dict, compare=False)
+    run_strided: StridedRunFn | None = field(default=None, compare=False)
+    eager: RunFn | None = field(default=None, compare=False)
 
     def empty_outputs(self, device: torch.device) -> list[torch.Tensor]:
         return [torch.empty_strided(s.shape, s.stride, dtype=to_dtype(s.dtype), device=device) for s in self.outputs]

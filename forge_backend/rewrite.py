@@ -3,7 +3,8 @@
 A replaced node ``y = aten.op(x, ...)`` becomes ``r = kforge.kernel(key, [x, ...]); y = r[0]``. For multi-output
 ops (``native_layer_norm`` returns (out, mean, rstd)) each ``getitem(node, i)`` user is re-pointed at the position
 of output i among the used outputs. With ``direct=True`` (the graph runs eagerly) the node calls the impl's launcher
-directly instead of going through the dispatcher, which saves the custom op's host overhead on every call.
+directly instead of going through the dispatcher, which saves the custom op's host overhead on every call, and its
+outputs are laid out as PyTorch's op lays them out (eager_layout.py).
 
 A pointwise group (fusion.py), a softmax with its neighbours (softmax_fusion.py) or a norm with its epilogue
 (norm_fusion.py) becomes one call on the group's
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from .eager_layout import eager_call
 from .expression import NORM_OP, SOFTMAX_OP, to_text
 from .fusion import Group, describe
 from .registry import KERNEL_OP, KernelImpl
@@ -78,8 +80,8 @@ def apply(gm: torch.fx.GraphModule, replacements: list[Replacement], direct: boo
         used = sig.used_outputs
         inputs = group_input_nodes(r.group) if r.group is not None else tensor_input_nodes(node, sig)
         with graph.inserting_before(node):
-            if direct:
-                call = graph.call_function(_as_function(r.impl.run), (inputs,))
+            if direct:  # Note [outputs laid out as eager lays them out] in eager_layout.py
+                call = graph.call_function(_as_function(eager_call(r.impl)), (inputs,))
             else:
                 call = graph.call_function(KERNEL_OP, (r.impl.key, inputs))
                 # Note [kernel inputs keep their layout]: Inductor pins a custom op's input strides to these values

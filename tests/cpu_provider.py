@@ -27,8 +27,12 @@ DEFAULT_OPS = (
 
 class CpuProvider:
     def __init__(self, ops: Sequence[str] = DEFAULT_OPS, fail_on: str | None = None,
-                 reads_signature_layout: bool = False) -> None:
+                 reads_signature_layout: bool = False, strided: bool = False) -> None:
         self.ops = set(ops)
+        # like the CUDA provider: impls that can run into outputs of given strides, and name PyTorch's op
+        self.strided = strided
+        self.strided_calls: Counter[str] = Counter()
+        self.eager_calls: Counter[str] = Counter()
         self.fail_on = fail_on
         # like a CUDA kernel: index each input's memory with the strides of the signature, never the real ones
         self.reads_signature_layout = reads_signature_layout
@@ -66,8 +70,20 @@ class CpuProvider:
         return impls
 
     def _impl(self, key: str, sig: OpSignature) -> KernelImpl:
-        return KernelImpl(key, sig.op, tuple(sig.outputs[i] for i in sig.used_outputs), self._runner(sig),
-                          "cpu test impl", 1.0)
+        run = self._runner(sig)
+        if not self.strided:
+            return KernelImpl(key, sig.op, tuple(sig.outputs[i] for i in sig.used_outputs), run, "cpu test impl", 1.0)
+
+        def run_strided(inputs: Sequence[torch.Tensor], strides) -> list[torch.Tensor]:
+            self.strided_calls[sig.op] += 1
+            return [torch.empty_strided(o.shape, st, dtype=o.dtype).copy_(o) for o, st in zip(run(inputs), strides)]
+
+        def eager(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+            self.eager_calls[sig.op] += 1
+            return call_aten(sig, inputs)
+
+        return KernelImpl(key, sig.op, tuple(sig.outputs[i] for i in sig.used_outputs), run, "cpu test impl", 1.0,
+                          run_strided=run_strided, eager=eager)
 
     def _runner(self, sig: OpSignature):
         specs = [t for _, t in sig.tensor_args()]

@@ -81,6 +81,37 @@ def test_misaligned_input_falls_back_to_the_original_op():
     torch.testing.assert_close(y, torch.relu(x))
 
 
+def test_outputs_take_the_strides_asked_for_on_size1_dims():
+    """Note [outputs laid out as eager lays them out]: the eager path asks for PyTorch's strides, which may differ from
+    the card's on a size-1 dimension; the kernel writes the same elements either way. Through LaidOutAsEager with
+    PyTorch's division by 1.0 (which keeps its input's strides), the second call runs the kernel into them."""
+    from forge_backend.cards import build_card
+    from forge_backend.eager_layout import LaidOutAsEager
+    from forge_backend.registry import KernelImpl
+    from forge_backend.signature import ArgSpec, OpSignature, TensorSpec
+
+    card_cl, real_cl = (128, 1, 32, 8), (8, 1, 32, 8)
+    spec = TensorSpec((1, 8, 4, 4), card_cl, "float32")
+    card = build_card(OpSignature("aten.relu.default", (ArgSpec("self", spec),), (spec,), (0,), "sm_90"))
+    run = launcher("relu_good", card)
+    x = torch.randn(128, device=DEV).as_strided((1, 8, 4, 4), real_cl)
+    (y,) = run([x], [real_cl])
+    assert y.stride() == real_cl
+    torch.testing.assert_close(y, torch.relu(x))
+    assert run([x])[0].stride() == card_cl
+
+    def eager(inputs):  # relu, then PyTorch's division by a Python scalar: it keeps the input's strides
+        return [torch.ops.aten.div.Tensor(torch.relu(inputs[0]).as_strided(inputs[0].shape, inputs[0].stride()),
+                                          1.0)]
+
+    impl = KernelImpl(card.key, card.op, (spec,), run, run_strided=run, eager=eager)
+    call = LaidOutAsEager(impl)
+    first, second = call([x])[0], call([x])[0]
+    assert first.stride() == real_cl and second.stride() == real_cl
+    assert call.plan([x]) == (real_cl,)
+    torch.testing.assert_close(second, torch.relu(x))
+
+
 def _evaluate(client, name):
     card = unary_card("aten.relu.default", 1000)
     c = candidate(name)

@@ -433,7 +433,15 @@ def test_relay_group_norm_takes_groups_as_rows() -> None:
     card = tc.group_norm(1, 512, 256, 256, dtype="bfloat16")  # 32 groups of 2 MB, every output used
     p = gn.defaults(card, "relay")
     assert p == {"strategy": "relay", "vec": 8, "pe": 16384, "nw": 16, "nc": 1, "k": 6, "lag": 3}
-    assert gn.valid(card, p) and p in gn.seeds(card)
+    assert gn.valid(card, p) and gn.root_params(card) == p
+    # Note [relay pieces of 48 KB: an action, not the root]: pieces 1.5 times larger in the same slot bytes are one
+    # action away, and the action back gives 32 KB pieces in 6 slots again; 1.5 times the consumer warps too
+    wide = dict(gn.actions(card, p))["pieces 16384 -> 24576 in 4 slots"]
+    assert wide == {**p, "pe": 24576, "k": 4, "lag": 2} and gn.valid(card, wide)
+    assert dict(gn.actions(card, wide))["pieces 24576 -> 16384 in 6 slots"] == {**p, "lag": 2}
+    assert dict(gn.actions(card, wide))["nw 16 -> 24"] == {**wide, "nw": 24}
+    assert "nw 16 -> 24" not in dict(gn.actions(card, p))  # 32 KB pieces do not split over 24 warps' packs
+    _compile_once(gn.generate(card, {**wide, "nw": 24}))
     cand = gn.generate(card, p)
     (l,), scratch = resolve_plan(cand, card.sizes, card.floats)
     assert l.cooperative and l.grid == (SMS, 1, 1) and l.block == (19 * 32, 1, 1)

@@ -56,8 +56,10 @@ def impl_from_record(card: OperatorCard, record: KernelRecord, cfg: KforgeConfig
 
     launcher = Launcher(card, candidate, compiled.cubin, device, fallback=fallback)
     run = checked(card, launcher, cfg.strict) if cfg.check else launcher
+    # a checked kernel keeps the card's strides on the eager path too: every call of it goes through the check
     return KernelImpl(card.key, card.op, tuple(t.spec for t in card.outputs), run, candidate.description,
-                      record.timings.get("speedup_vs_eager"))
+                      record.timings.get("speedup_vs_eager"), run_strided=None if cfg.check else launcher,
+                      eager=fallback)
 
 
 class CudaProvider:

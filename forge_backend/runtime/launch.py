@@ -171,9 +171,14 @@ class Launcher:
                 if kind == "out" and payload not in self.out_index:
                     raise CandidateFailure("plan", f"plan writes output {payload}; used outputs: {list(self.out_index)}")
 
-    def allocate_outputs(self) -> list[torch.Tensor]:
+    def allocate_outputs(self, strides: Sequence[Sequence[int]] | None = None) -> list[torch.Tensor]:
+        """Fresh outputs with the card's strides, or with ``strides`` (which must differ from the card's on size-1
+        dimensions only: the kernel indexes every other dimension with the strides baked into it)."""
+        if strides is None:
+            return [torch.empty_strided(shape, stride, dtype=dtype, device=self.device)
+                    for shape, stride, dtype in self._out_alloc]
         return [torch.empty_strided(shape, stride, dtype=dtype, device=self.device)
-                for shape, stride, dtype in self._out_alloc]
+                for (shape, _, dtype), stride in zip(self._out_alloc, strides)]
 
     def aligned(self, tensors: Sequence[torch.Tensor]) -> bool:
         a = self.align
@@ -187,7 +192,9 @@ class Launcher:
                 return False
         return True
 
-    def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def __call__(self, inputs: Sequence[torch.Tensor],
+                 out_strides: Sequence[Sequence[int]] | None = None) -> list[torch.Tensor]:
+        """The used outputs, fresh, with the card's strides or ``out_strides`` (see ``allocate_outputs``)."""
         if not self.aligned(inputs) or not self.laid_out(inputs):
             # Note [kernel inputs keep their layout] in rewrite.py: a kernel indexes memory with the strides
             # baked in from its signature, so another layout (or a misaligned pointer) runs PyTorch's op instead
@@ -195,9 +202,12 @@ class Launcher:
                 raise CandidateFailure("launch", f"an input is not aligned to {self.align} bytes or not laid out as "
                                                  f"the signature says")
             counters["kforge"]["layout_fallback"] += 1
+            if out_strides is not None:
+                return conform(self.fallback(inputs), [TensorSpec(s.shape, tuple(st), s.dtype)
+                                                       for s, st in zip(self.out_specs, out_strides)])
             return conform(self.fallback(inputs), self.out_specs)
         counters["kforge"]["kernel_calls"] += 1
-        outputs = self.allocate_outputs()
+        outputs = self.allocate_outputs(out_strides)
         self.launch_into(inputs, outputs)
         return outputs
 

@@ -123,7 +123,7 @@ def root_params(card: OperatorCard) -> dict[str, Any]:
         # 34.7 and 34.6, alternately in one run (probe_session13_gn32.json). Its bf16 groups (384 KB) stay with the
         # cluster: 20.4 and 20.6 us against this layout's 21.2 (probe_session13_gn16.json). Smaller groups keep the
         # cluster roots that won their probes; the relay is a seed there
-        p = defaults(card, "relay")
+        p = defaults(card, "relay")  # Note [relay pieces of 48 KB: an action, not the root]
         if valid(card, p):
             return p
     kept = kept_seed(card)

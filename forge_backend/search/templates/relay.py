@@ -187,10 +187,34 @@ def progress_ok(ppr: int, blocks: int, k: int, lag: int, nc: int) -> bool:
     return k >= lag + 2 and lag >= cdiv(ppr, blocks) - 1 and nc <= k
 
 
+# Note [relay pieces of 48 KB: an action, not the root]
+# The default layout (32 KB pieces, 6 slots, lag 3) was probed against others in the fifteenth session
+# (results/h200/probe_session15_relay_pieces.json, three calls, each layout next to the root in the same call). 20,
+# 24 or 28 consumer warps over pieces of 20-28 KB lost everywhere (softmax [64,262144] bf16 25.8-28.2 us against
+# 24.3-24.5; group norm [1,512,128,128] fp32 24.1-29.3 against 22.4-22.7). Pieces of 48 KB in 4 slots with a lag of 2
+# (the same 192 KB of slots) split the 2-byte group norms: faster at [1,512,256,256] bf16 (40.8-41.2 us against
+# 41.9-42.7, alternately in one call; 39.6-40.9 with 24 warps) and [1,128,1024,1024] bf16 (151.5, 152.4 against
+# 156.2, 157.2), slower at [1,256,512,512] bf16 (73.9, 74.5 against 70.6, 70.6) and [1,512,128,128] bf16 (15.0, 15.1
+# against 14.6, 14.6), a tie in fp16, and slower in fp32 ([1,512,256,256] 77.5 against 70.0) and in the softmax
+# (25.1-25.3 against 24.3-24.7). So the root stays, and the searches can reach the larger pieces (and 1.5 times the
+# consumer warps) as one action each where they win.
+def relay_resized(p: dict[str, Any], num: int, den: int) -> dict[str, Any]:
+    """``p`` with pieces ``num / den`` times the size in the same shared memory: as many slots as the old slots' bytes
+    hold (at least lag + 2), the lag cut to leave two loading (Note [relay pieces of 48 KB: an action, not the
+    root])."""
+    pe = p["pe"] * num // den
+    k = max(3, p["k"] * p["pe"] // pe)
+    return {**p, "pe": pe, "k": k, "lag": max(1, min(p["lag"], k - 2))}
+
+
 def relay_actions(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Piece size, consumer and resolver warps, slots and lag halved or doubled, the lag and the slots one step either
-    way (the caller filters the invalid ones)."""
+    way, pieces 1.5 times larger or smaller in the same slot bytes, consumer warps 1.5 times more or fewer (the
+    caller filters the invalid ones)."""
     acts = scale_knob(p, "pe") + scale_knob(p, "nw") + scale_knob(p, "nc") + scale_knob(p, "k") + scale_knob(p, "lag")
+    acts += [(f"pieces {p['pe']} -> {q['pe']} in {q['k']} slots", q)
+             for q in (relay_resized(p, 3, 2), relay_resized(p, 2, 3))]
+    acts += [knob(p, "nw", p["nw"] * 3 // 2), knob(p, "nw", p["nw"] * 2 // 3)]
     return acts + [knob(p, "lag", p["lag"] + 1), knob(p, "lag", p["lag"] - 1), knob(p, "k", p["k"] + 1),
                    knob(p, "k", p["k"] - 1)]
 
