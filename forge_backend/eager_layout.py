@@ -16,7 +16,8 @@ So on the eager path each replaced node is called through :class:`LaidOutAsEager
 of input strides runs PyTorch's op (the kernel's own fallback, ``KernelImpl.eager``) and returns its outputs; their
 strides are kept for that set. Every later call runs the kernel into outputs with those strides. Where PyTorch lays
 an output out in a way the kernel cannot write (another order of the dimensions that are not size 1), that set of
-strides stays with PyTorch's op: the model keeps eager's layouts either way. Inside Inductor nothing changes: its
+strides stays with PyTorch's op: the model keeps eager's layouts either way. A kernel remembers up to MAX_PLANS
+sets of strides; inputs with new strides after that run PyTorch's op. Inside Inductor nothing changes: its
 generated code was built for the traced strides, which the kernel returns there (``registry.conform``).
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .registry import KernelImpl
 from .signature import layout_key_of
 
 _PYTORCH = None  # a stride set whose outputs the kernel cannot lay out as PyTorch does
+MAX_PLANS = 256  # stride sets remembered per kernel; later new ones run PyTorch's op, unremembered
 
 
 class LaidOutAsEager:
@@ -52,7 +54,8 @@ class LaidOutAsEager:
         plan = self._plans.get(strides, ())
         if plan == ():  # first call with these strides: PyTorch's op answers, and says how it lays outputs out
             outputs = list(self.impl.eager(inputs))
-            self._plans[strides] = self._writable_plan(outputs)
+            if len(self._plans) < MAX_PLANS:  # inputs whose strides change on every call must not grow it forever
+                self._plans[strides] = self._writable_plan(outputs)
             counters["kforge"]["eager_layout_probe"] += 1
             return outputs
         if plan is _PYTORCH:

@@ -66,6 +66,19 @@ def test_each_set_of_input_strides_is_asked_once():
     assert calls[("strides", REAL_CL)] == 2 and calls[("strides", CARD_CL)] == 2
 
 
+def test_stride_sets_past_the_limit_run_pytorch_unremembered(monkeypatch):
+    import forge_backend.eager_layout as el
+
+    monkeypatch.setattr(el, "MAX_PLANS", 1)
+    impl, calls = _impl(lambda x: x * 2)
+    call = LaidOutAsEager(impl)
+    x, y = _input(REAL_CL), _input(CARD_CL)
+    call([x]), call([y]), call([y]), call([x])
+    assert calls["eager"] == 3 and calls["strided"] == 1  # y's strides came second: PyTorch's op each time
+    with pytest.raises(KeyError):
+        call.plan([y])
+
+
 def test_a_layout_the_kernel_cannot_write_stays_with_pytorch():
     # PyTorch returns NCHW where the kernel writes channels-last: every call runs PyTorch's op
     impl, calls = _impl(lambda x: (x * 2).contiguous())
