@@ -1,4 +1,5 @@
-"""The probe and profiling tools' host side (benchmarks/probe_variants.py, profile_variant.py, ncu_hotspots.py).
+"""The probe and profiling tools' host side (benchmarks/probe_variants.py, profile_variant.py, ncu_hotspots.py,
+ab_replace.py).
 CPU only: case selection, variant parameters, the stall summary of a profiler's CSV, and the no-GPU exit."""
 import sys
 from pathlib import Path
@@ -113,3 +114,36 @@ def test_fresh_scratch_zeroes_a_kept_scratch_before_every_launch_and_leaves_othe
     assert fresh.description.endswith("[scratch zeroed before every launch]")
     plain = fam.generate(card, fam.seeds(card)[1])
     assert probe_variants.fresh_scratch(plain) is plain
+
+
+def test_ab_replace_drops_the_named_layout_and_records_what_ran() -> None:
+    """benchmarks/ab_replace.py: A leaves the kernels of the named op and layout to PyTorch, B keeps them; both record
+    the first call of every kernel and replay their graphs node by node with each node's layout (CPU kernels here)."""
+    import torch
+
+    import ab_replace
+    from cpu_provider import CpuProvider
+    from forge_backend.backend import make_backend
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = (x + 1).contiguous(memory_format=torch.channels_last) / 2.0
+            return torch.nn.functional.group_norm(h, 4)
+
+    model, x = Model(), torch.randn(1, 8, 6, 6)
+    inner, seen = CpuProvider(ops=("aten.div.Tensor", "aten.native_group_norm.default")), {}
+    lines, dropped = {}, {}
+    with torch.no_grad():
+        for name, drop in (("B", False), ("A", True)):
+            graphs: list = []
+            provider = ab_replace.ABProvider(inner, "aten.div.Tensor", "channels_last", drop, seen)
+            fn = torch.compile(model, backend=ab_replace.kept(make_backend(provider), graphs),
+                               options={"inner": "eager"})
+            torch.testing.assert_close(fn(x), model(x))
+            lines[name], dropped[name] = ab_replace.graph_layouts(graphs), provider.dropped
+    assert dropped["B"] == [] and len(dropped["A"]) == 1
+    assert any(line.startswith("div.Tensor ['CL']") for line in lines["A"])
+    assert not any(line.startswith("div.Tensor") for line in lines["B"])
+    assert {v["op"] for v in seen.values()} == {"aten.div.Tensor", "aten.native_group_norm.default"}
+    assert ab_replace.op_layouts(model, (x,))[1] == "aten.clone.default ['C'] -> ['CL@0']"
+    assert ab_replace.layout_of([288, 1, 48, 8], [1, 8, 6, 6]) == "channels_last"
