@@ -29,12 +29,7 @@ from harness import environment, log  # noqa: E402
 
 def layout_of(strides: list[int], shape: list[int]) -> str:
     """``contiguous``, ``channels_last`` (4-d), or ``strided``."""
-    t = torch.empty_strided(shape, strides, device="meta")
-    if t.is_contiguous():
-        return "contiguous"
-    if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
-        return "channels_last"
-    return "strided"
+    return _layout(torch.empty_strided(shape, strides, device="meta"), long=True)
 
 
 def card_matches(card, op: str, layout: str) -> bool:
@@ -46,19 +41,27 @@ def card_matches(card, op: str, layout: str) -> bool:
     return layout_of(list(first.spec.stride), list(first.spec.shape)) == layout
 
 
-def _layout(t: torch.Tensor) -> str:
+def _layout(t: torch.Tensor, long: bool = False) -> str:
     if t.is_contiguous():
-        return "C"
+        return "contiguous" if long else "C"
     if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
-        return "CL"
-    return "S" + str(tuple(t.stride()))
+        return "channels_last" if long else "CL"
+    return "strided" if long else "S" + str(tuple(t.stride()))
+
+
+def _line(name: str, args, out) -> str:
+    """One op as it ran: ``name [input layouts] -> [output layout@address % 16]``."""
+    from torch.utils._pytree import tree_flatten
+
+    ins = [_layout(t) for t in tree_flatten(args)[0] if isinstance(t, torch.Tensor)]
+    outs = [f"{_layout(t)}@{t.data_ptr() % 16}" for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+    return f"{name} {ins} -> {outs}"
 
 
 def op_layouts(fn, inputs) -> list[str]:
     """Every ATen op one call of ``fn`` dispatches, with the layouts of its tensor inputs and outputs (C contiguous,
     CL channels-last, S strided) and its outputs' 16-byte alignment: where two runs part ways, a layout changed."""
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
 
     class Record(TorchDispatchMode):
         def __init__(self) -> None:
@@ -67,9 +70,7 @@ def op_layouts(fn, inputs) -> list[str]:
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            ins = [_layout(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-            outs = [f"{_layout(t)}@{t.data_ptr() % 16}" for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-            self.lines.append(f"{func} {ins} -> {outs}")
+            self.lines.append(_line(str(func), (args, kwargs), out))
             return out
 
     rec = Record()
@@ -104,8 +105,6 @@ def graph_layouts(graphs: list) -> list[str]:
     """The kforge+eager path's nodes as they run: each compiled graph (a GraphModule's forward on that path) is
     replayed node by node on the arguments of its last call, with the layout and alignment of every node's tensor
     results, so the two paths can be compared with eager's ``op_layouts`` line by line."""
-    from torch.utils._pytree import tree_flatten
-
     lines: list[str] = []
     for g in graphs:
         gm = getattr(g.fn, "__self__", None)
@@ -117,11 +116,8 @@ def graph_layouts(graphs: list) -> list[str]:
             def run_node(self, n):
                 out = super().run_node(n)
                 if n.op == "call_function":
-                    ins = [_layout(t) for t in tree_flatten((self.fetch_args_kwargs_from_env(n)))[0]
-                           if isinstance(t, torch.Tensor)]
-                    outs = [f"{_layout(t)}@{t.data_ptr() % 16}" for t in tree_flatten(out)[0]
-                            if isinstance(t, torch.Tensor)]
-                    lines.append(f"{getattr(n.target, '__name__', n.target)} {ins} -> {outs}")
+                    lines.append(_line(str(getattr(n.target, "__name__", n.target)),
+                                       self.fetch_args_kwargs_from_env(n), out))
                 return out
 
         Record(gm).run(*g.args)
@@ -145,11 +141,10 @@ class ABProvider:
                 if self.drop:
                     impls.pop(card.key)
                     self.dropped.append(card.key)
-        return {k: self._watched(impl, cards) for k, impl in impls.items()}
+        return {k: self._watched(impl) for k, impl in impls.items()}
 
-    def _watched(self, impl, cards):
-        seen, run = self.seen, impl.run
-        op = next((c.op for c in cards if c.key == impl.key), impl.op)
+    def _watched(self, impl):
+        seen, run, op = self.seen, impl.run, impl.op
 
         def watched(inputs):
             outputs = run(inputs)

@@ -31,6 +31,7 @@ from .registry import KernelImpl
 from .signature import layout_key_of
 
 _PYTORCH = None  # a stride set whose outputs the kernel cannot lay out as PyTorch does
+_UNSEEN = object()  # a stride set not asked of PyTorch yet
 MAX_PLANS = 256  # stride sets remembered per kernel; later new ones run PyTorch's op, unremembered
 
 
@@ -51,8 +52,8 @@ class LaidOutAsEager:
 
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         strides = tuple(t.stride() for t in inputs)
-        plan = self._plans.get(strides, ())
-        if plan == ():  # first call with these strides: PyTorch's op answers, and says how it lays outputs out
+        plan = self._plans.get(strides, _UNSEEN)
+        if plan is _UNSEEN:  # first call with these strides: PyTorch's op answers, and says how it lays outputs out
             outputs = list(self.impl.eager(inputs))
             if len(self._plans) < MAX_PLANS:  # inputs whose strides change on every call must not grow it forever
                 self._plans[strides] = self._writable_plan(outputs)
