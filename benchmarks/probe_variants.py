@@ -66,6 +66,15 @@ def relay_variants(isz: int) -> list[dict[str, Any]]:
     return out
 
 
+def relay_once_variants() -> list[dict[str, Any]]:
+    """Note [a prologue evaluated once, into its slot] (softmax.py): relays over bf16 logits with the prologue
+    evaluated three times an element and once (`--strategy relay`)."""
+    base = {"strategy": "relay", "vec": 8, "pe": 16384, "nw": 16, "nc": 1, "k": 6, "lag": 3}
+    return [base, {**base, "once": True}, {**base, "once": True, "nc": 2}, {**base, "once": True, "lag": 2},
+            {**base, "once": True, "pe": 8192, "k": 12, "lag": 4},
+            {**base, "once": True, "pe": 24576, "nw": 24, "k": 4, "lag": 2}]
+
+
 def narrow_variants(vecs: list[int]) -> list[dict[str, Any]]:
     """Shared-memory clusters with narrower loads than 16 bytes: in the eighth session's ops search the softmax
     [64, 262144] fp32 ran 42.5 us at 8-byte loads against 44.4 us at 16 (`--only narrow`)."""
@@ -159,7 +168,10 @@ def cases() -> list[tuple[str, OperatorCard, list[dict[str, Any]]]]:
             "bfloat16"), ordered_variants()),
         ("softcap softmax [64,262144] bf16", tc.softmax_fused("to_float32(mul(tanh(div(x0,30.0)),30.0))",
                                                               [((64, 262144), "bfloat16")]),
-         list(grid(strategy="cluster", vec=[4, 8], block=[256, 512], cs=16, cache="smem", stream=[False, True]))),
+         list(grid(strategy="cluster", vec=[4, 8], block=[256, 512], cs=16, cache="smem", stream=[False, True]))
+         + relay_once_variants()),
+        ("sampling softmax [64,262144] bf16 -> fp32", tc.softmax_fused("to_float32(x0)", [((64, 262144), "bfloat16")]),
+         relay_once_variants()),
         ("softmax [64,262144] bf16 narrow", tc.softmax((64, 262144), "bfloat16"), narrow_variants([2, 4])),
         ("group_norm [1,512,256,256] bf16", tc.group_norm(1, 512, 256, 256, dtype="bfloat16", used=(0,)),
          group_norm_variants(8)),
@@ -216,6 +228,9 @@ def main() -> None:
     ap.add_argument("--fresh-scratch", action="store_true",
                     help="also time each variant whose scratch is kept between launches with that scratch zeroed "
                          "before every launch instead (Note [scratch kept between launches] in contract.py)")
+    ap.add_argument("--swap", action="append", default=[], metavar="OLD=>NEW",
+                    help="also time each variant with OLD replaced by NEW in its source, in the same run (repeat for "
+                         "several): an A/B of a code-generation change")
     ap.add_argument("--copy", action="append", type=int, default=[], metavar="MIB",
                     help="also time a plain copy (Tensor.copy_) that moves MIB mebibytes, read plus written, with the "
                          "same timer: the ceiling of a row that moves as much (repeat for several)")
@@ -269,7 +284,7 @@ def main() -> None:
                     continue
                 cand = fam.generate(card, p)
                 fresh = fresh_scratch(cand) if args.fresh_scratch else cand
-                for c in [cand] + ([fresh] if fresh is not cand else []):
+                for c in [cand] + ([fresh] if fresh is not cand else []) + swapped(cand, args.swap):
                     row: dict[str, Any] = {"case": name, "params": p, "description": c.description}
                     try:
                         cubin = compile_candidate(c, card.arch).cubin
@@ -303,6 +318,19 @@ def time_copy(timer: Any, mb: int, bw: float) -> dict[str, Any]:
           flush=True)
     return {"case": f"copy {mb} MiB", "time_us": us, "floor_us": floor, "pct_bw": 100 * floor / us,
             "copy_bandwidth_gbps": bw}
+
+
+def swapped(cand: Candidate, swaps: list[str]) -> list[Candidate]:
+    """``cand`` with each ``OLD=>NEW`` applied to its source, where OLD occurs in it (labelled ``[swap i]``)."""
+    out = []
+    for i, text in enumerate(swaps):
+        old, sep, new = text.partition("=>")
+        if not sep or not old:
+            raise SystemExit(f"--swap: {text!r} is not OLD=>NEW")
+        if old in cand.source:
+            out.append(replace(cand, source=cand.source.replace(old, new), description=cand.description +
+                               f" [swap {i}]"))
+    return out
 
 
 def fresh_scratch(cand: Candidate) -> Candidate:

@@ -116,6 +116,25 @@ def test_fresh_scratch_zeroes_a_kept_scratch_before_every_launch_and_leaves_othe
     assert probe_variants.fresh_scratch(plain) is plain
 
 
+def test_swap_times_a_variant_with_a_text_replaced_in_its_source() -> None:
+    """`--swap OLD=>NEW`: the same variant with OLD replaced, labelled, only where OLD occurs; bad forms exit."""
+    from forge_backend.search.templates import family_for
+    import template_cards as tc
+
+    card = tc.softmax_fused("to_float32(mul(tanh(div(x0,30.0)),30.0))", [((64, 262144), "bfloat16")])
+    fam = family_for(card)
+    cand = fam.generate(card, fam.root_params(card))
+    old = "cvt.rn.bf16x2.f32 %0, %1, %1;"
+    assert old in cand.source
+    out = probe_variants.swapped(cand, [f"{old}=>cvt.rn.bf16x2.f32 %0, %1, 0f00000000;", "not in any source=>x"])
+    assert len(out) == 1 and out[0].description == cand.description + " [swap 0]"
+    assert old not in out[0].source and out[0].source.replace("%1, 0f00000000;", "%1, %1;") == cand.source
+    assert out[0].identity() != cand.identity() and out[0].launches == cand.launches
+    for bad in ("no arrow", "=>nothing to replace"):
+        with pytest.raises(SystemExit):
+            probe_variants.swapped(cand, [bad])
+
+
 def test_ab_replace_drops_the_named_layout_and_records_what_ran() -> None:
     """benchmarks/ab_replace.py: A leaves the kernels of the named op and layout to PyTorch, B keeps them; both record
     the first call of every kernel and replay their graphs node by node with each node's layout (CPU kernels here)."""

@@ -254,7 +254,14 @@ def test_root_strategies_fit_the_shape() -> None:
     huge = tc.group_norm(1, 128, 2048, 2048, dtype="float32")  # 64 MB groups: 2048 pieces, too many to poll
     assert family_for(huge).root_params(huge)["strategy"] == "split"
     assert pick("softmax_4097_f32")["vec"] == 1  # 4097 * 4 bytes is not a multiple of 16
-    assert pick("softmax_fused_softcap")["vec"] == 4  # bf16 logits, fp32 after the prologue: 8-byte loads already
+    # Note [a prologue evaluated once, into its slot]: the soft cap's bf16 values fit the relay's slots
+    assert pick("softmax_fused_softcap") == {"strategy": "relay", "vec": 8, "pe": 8192, "nw": 16, "nc": 1, "k": 10,
+                                             "lag": 4, "once": True}
+    softcap = CARDS["softmax_fused_softcap"][0]()
+    assert family_for(softcap).defaults(softcap, "cluster")["vec"] == 4  # bf16 logits, fp32 after the prologue
+    assert family_for(softcap).seeds(softcap)[1]["strategy"] == "cluster"
+    two = CARDS["softmax_fused_attn_bf16"][0]()  # two inputs (logits and mask): no relay
+    assert family_for(two).root_params(two)["strategy"] != "relay"
 
 
 def test_cluster_softmax_can_keep_its_chunk_in_shared_memory() -> None:
@@ -360,17 +367,23 @@ def test_relay_softmax_streams_pieces_through_every_sm() -> None:
     assert not sm.valid(odd, {**sm.defaults(odd, "relay"), "vec": 4})  # rows not a multiple of 16 bytes
     short = CARDS["softmax_1024_bf16"][0]()
     assert not sm.valid(short, sm.defaults(short, "relay"))  # 2 KB rows: one block per row does it
-    # Note [a prologue run from the relay's slots]: the slots hold the bf16 logits, the consumers run the soft cap
-    # (valid, but it lost to the cluster there: an action, neither the root nor a seed)
+    # Note [a prologue run from the relay's slots]: the slots hold the bf16 logits, the consumers run the soft cap;
+    # Note [a prologue evaluated once, into its slot]: its bf16 values go back into the slot, and that relay is the root
     fused = CARDS["softmax_fused_softcap"][0]()
     q = sm.defaults(fused, "relay")
-    assert q == {"strategy": "relay", "vec": 8, "pe": 16384, "nw": 16, "nc": 1, "k": 6, "lag": 3}
-    assert sm.valid(fused, q) and sm.root_params(fused)["strategy"] == "cluster"
-    assert q not in sm.seeds(fused) and dict(sm.actions(fused, sm.root_params(fused)))["strategy cluster -> relay"] == q
+    assert q == {"strategy": "relay", "vec": 8, "pe": 8192, "nw": 16, "nc": 1, "k": 10, "lag": 4, "once": True}
+    assert sm.valid(fused, q) and sm.root_params(fused) == q
     relay = sm.generate(fused, q)
     assert relay.requires_align == 32  # 8 fp32 outputs a pack: two 16-byte stores
     assert relay.launches[0].args[0] == "in:x0" and "fx(to_f(v))" in relay.source
     _compile_once(relay)
+    # fp32 values of bf16 logits do not fit the slots: evaluated three times an element, the relay lost to the
+    # cluster (an action, neither the root nor a seed)
+    wide = tc.softmax_fused("mul(to_float32(x0),2.0)", [((64, 262144), "bfloat16")])
+    w = sm.defaults(wide, "relay")
+    assert "once" not in w and sm.valid(wide, w) and sm.root_params(wide)["strategy"] == "cluster"
+    assert w not in sm.seeds(wide) and dict(sm.actions(wide, sm.root_params(wide)))["strategy cluster -> relay"] == w
+    _compile_once(sm.generate(wide, w))
     masked = tc.softmax_fused("add(x0,x1)", [((1, 4, 8, 32768), "float32"), ((1, 1, 8, 32768), "float32")])
     assert not sm.valid(masked, sm.defaults(masked, "relay"))  # a second input: the bulk copies take one
     assert not sm.valid(masked, {**sm.defaults(masked, "relay"), "vec": 4})
@@ -957,3 +970,43 @@ def test_depthwise_conv1d_rows_in_pairs_shift_odd_rows_and_store_pairs() -> None
     src = conv.generate(small, {**pairs, "tc": 16, "tl": 64, "block": 64, "vec": 4})
     assert "uint2" in src.source
     _compile_once(src)
+
+
+
+def test_relay_knob_once_evaluates_a_prologue_once() -> None:
+    """``once`` (Note [a prologue evaluated once, into its slot]) is a relay knob of fused cards whose prologue's
+    values are values of the input's type: the reduce evaluates the prologue and writes the values back into the
+    slot, the sum and the write only widen them, and each lane fences its stores before the slot is freed."""
+    from forge_backend.search.templates import softmax as sm
+
+    card = CARDS["softmax_fused_softcap"][0]()
+    once = sm.defaults(card, "relay")
+    relay = {k: v for k, v in once.items() if k != "once"}
+    assert once["once"] is True and sm.valid(card, relay) and sm.valid(card, once)
+    src = sm.generate(card, once).source
+    assert src.count("xv(pk[i].v[j])") == 1 and "const_cast<P*>(sp)[i * 32 + lane] = pk[i];" in src
+    assert "fence.proxy.async.shared::cta" in src
+    assert "__expf(to_f(p.v[j]) - m) * inv" in src and "sexp(to_f(pk[i].v[j]), m)" in src
+    plain = sm.generate(card, relay).source
+    assert plain.count("xv(pk[i].v[j])") == 2 and "__expf(xv(p.v[j]) - m) * inv" in plain
+    assert "const_cast" not in plain and "fence.proxy.async" not in plain
+    _compile_once(sm.generate(card, once))
+    gemma = tc.softmax_fused("to_float32(mul(tanh(div(x0,30.0)),30.0))", [((64, 262144), "bfloat16")])
+    # the relay's actions keep the knob; the knob toggles
+    acts = dict(sm.actions(card, once))
+    assert acts["nw 16 -> 8"] == {**relay, "nw": 8, "once": True}
+    assert acts["once True -> False"] == relay and dict(sm.actions(card, relay))["once False -> True"] == once
+    assert "once False -> True" not in dict(sm.actions(gemma, sm.root_params(gemma)))  # a cluster: no slots
+    # where it does not apply
+    assert not sm.valid(card, {**sm.defaults(card, "cluster"), "once": True})  # a relay knob
+    assert not sm.valid(card, {**relay, "once": 1}) and not sm.valid(card, {**relay, "once": False})
+    plain_card = CARDS["softmax_logits_bf16"][0]()
+    assert not sm.valid(plain_card, {**sm.root_params(plain_card), "once": True})  # no prologue
+    half = tc.softmax_fused("to_float32(mul(tanh(div(x0,30.0)),30.0))", [((64, 262144), "float16")])
+    assert sm.valid(half, {**sm.defaults(half, "relay"), "once": True})  # fp16 values in an fp16 slot
+    same = tc.softmax_fused("mul(x0,0.125)", [((64, 262144), "bfloat16")])
+    assert sm.valid(same, {**sm.defaults(same, "relay"), "once": True})  # bf16 values of bf16 logits
+    wide = tc.softmax_fused("mul(to_float32(x0),2.0)", [((64, 262144), "bfloat16")])
+    assert not sm.valid(wide, {**sm.defaults(wide, "relay"), "once": True})  # fp32 products of bf16 logits
+    other = tc.softmax_fused("to_float32(mul(x0,0.5))", [((64, 262144), "float16")], "float32")
+    assert sm.valid(other, {**sm.defaults(other, "relay"), "once": True})

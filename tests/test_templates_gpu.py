@@ -202,6 +202,30 @@ RELAY = [
 ]
 
 
+SOFTCAP = "to_float32(mul(tanh(div(x0,30.0)),30.0))"
+# Note [a prologue evaluated once, into its slot] (softmax.py): the soft cap with a last piece of 4464 elements, at
+# Gemma's shape in 32 and 48 KB pieces, an fp16 soft cap, and a bf16 prologue into bf16
+RELAY_ONCE = [
+    (tc.softmax_fused(SOFTCAP, [((3, 70000), "bfloat16")]),
+     {"pe": 8192, "nw": 16, "nc": 1, "k": 6, "lag": 2, "once": True}),
+    (tc.softmax_fused(SOFTCAP, [((1, 64, 262144), "bfloat16")]),
+     {"pe": 16384, "nw": 16, "nc": 1, "k": 6, "lag": 3, "once": True}),
+    (tc.softmax_fused(SOFTCAP, [((1, 64, 262144), "bfloat16")]),
+     {"pe": 24576, "nw": 16, "nc": 1, "k": 4, "lag": 2, "once": True}),
+    (tc.softmax_fused(SOFTCAP, [((4, 65536), "float16")]), {"pe": 8192, "nw": 8, "nc": 2, "k": 5, "lag": 2, "once": True}),
+    (tc.softmax_fused("mul(x0,0.125)", [((5, 40000), "bfloat16")]),
+     {"pe": 4096, "nw": 8, "nc": 2, "k": 4, "lag": 2, "once": True}),
+]
+
+
+@pytest.mark.parametrize("case", RELAY_ONCE, ids=lambda c: "x".join(map(str, c[0].inputs[0].spec.shape)) +
+                         f"-{c[0].inputs[0].spec.dtype}-pe{c[1]['pe']}-lag{c[1]['lag']}")
+def test_relay_evaluating_the_prologue_once_passes_the_verifier(case):
+    card, knobs = case
+    check(card, {**family_for(card).defaults(card, "relay"), **knobs})
+
+
+
 @pytest.mark.parametrize("case", RELAY, ids=lambda c: f"{c[0].op.removeprefix('aten.')}-" +
                          "x".join(map(str, c[0].inputs[0].spec.shape)) +
                          f"-{c[0].inputs[0].spec.dtype}-pe{c[1]['pe']}-nw{c[1]['nw']}")

@@ -13,6 +13,20 @@ Note [safe exp]
 Softmax statistics use ``sexp(v, m) = m == -inf ? 0 : exp(v - m)``. A chunk or thread whose values are all -inf
 (or that holds no values) then contributes (m=-inf, s=0) instead of NaN, so partial -inf entries give 0 like
 PyTorch. The final output uses the plain exp, so a row that is entirely -inf still gives NaN, as PyTorch does.
+
+Note [roundings off the MIO pipe]
+A fused expression rounds each bf16 or fp16 intermediate the way eager stores it (Note [fused rounding] in fused.py):
+``round_to<T>``. Written as ``to_f(from_f<T>(x))`` that is one ``F2F.BF16.F32`` per rounding, a conversion the SM
+issues through its MIO queue to a unit of 16 lanes per SM (where ``MUFU.EX2`` also goes), while the paired conversion
+``cvt.rn.bf16x2.f32`` (``F2FP.BF16.F32.PACK_AB``, the one the compiler already uses to store packs) is not. The soft
+cap rounds three times an element, and Nsight Compute put 26% of the soft-capped relay's stall samples on MIO
+throttles at its F2F instructions (sixteenth session, results/h200/ncu/softcap_relay_once_f2f.*). So ``round_to``
+of a 16-bit type converts x to both halves of a pair and widens one of them: the same round-to-nearest-even result
+(NaN stays NaN), two instructions, neither on the MIO pipe. Same run, every other line of the source the same
+(probe_variants.py ``--swap``, results/h200/probe_session16_paired_rounding.json), the soft-capped softmax
+[64, 262144] bf16 -> fp32: cluster 49.0 us against 53.3 with F2F and 53.8 with an integer rounding (five ALU
+instructions); relay (once, 16 KB pieces, 10 slots) 35.8 against 41.8 and 43.4. A softmax whose prologue rounds
+nothing (``to_float32(x0)``) ran the same with all three (33.6-33.9 us).
 """
 from __future__ import annotations
 
@@ -46,6 +60,9 @@ template <> __device__ __forceinline__ __half from_f<__half>(float x) { return _
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 // Round a float through T and back (ATen stores some statistics in the input dtype and reuses the rounded value).
 template <typename T> __device__ __forceinline__ float round_to(float x) { return to_f(from_f<T>(x)); }
+// 16-bit types: the paired conversion (F2FP), not the single one (F2F, the MIO pipe; Note [roundings off the MIO pipe])
+template <> __device__ __forceinline__ float round_to<__nv_bfloat16>(float x) { unsigned r; asm("cvt.rn.bf16x2.f32 %0, %1, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r << 16); }
+template <> __device__ __forceinline__ float round_to<__half>(float x) { unsigned r; asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(r) : "f"(x)); return __half2float(__ushort_as_half((unsigned short)r)); }
 
 // N elements of T moved as one (up to 16-byte) access; the generator only uses it on N-aligned offsets.
 template <typename T, int N> struct __align__(sizeof(T) * N) Pack { T v[N]; };

@@ -242,7 +242,8 @@ def relay_scratch(rows: str, ppr: int) -> dict[str, tuple[str, bool, bool]]:
     return {"part": (f"{rows} * {ppr * 8} + 8", True, True)}
 
 
-def relay_kernel(name: str, params: str, reduce_piece: str, resolve: str, write_piece: str, prefetch: str = "") -> str:
+def relay_kernel(name: str, params: str, reduce_piece: str, resolve: str, write_piece: str, prefetch: str = "",
+                 wrote_slot: bool = False) -> str:
     """The relay kernel ``name`` (see the Note): NW consumer warps, NC resolver warps, a loader and a publisher warp
     per block. The caller's header defines T, P (a pack of VEC T), COLS, VEC and ``relay_consts`` (NT: NW + NC + 2
     warps); the partial type ``V`` with its combine ``Op`` and ``ident()``; and ``pack_stat(V) -> float2`` /
@@ -257,7 +258,12 @@ def relay_kernel(name: str, params: str, reduce_piece: str, resolve: str, write_
     * ``write_piece`` (every consumer lane) reads ``const float2 st`` and stores the warp's share of the piece;
     * ``prefetch`` (every consumer lane, before it waits for the row's statistic) loads what ``write_piece`` needs
       that does not depend on it (a group norm's per-channel weights: Note [weights loaded before the wait] in
-      group_norm.py)."""
+      group_norm.py).
+
+    ``wrote_slot``: the consumers store into their share of the slot (Note [a prologue evaluated once, into its slot]
+    in softmax.py), so before a slot is freed each lane orders its stores before the copy engine's next fill of it
+    (fence.proxy.async)."""
+    fence = '\n      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");' if wrote_slot else ""
     return f"""
 extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
     unsigned long long* __restrict__ part, long long rows) {{
@@ -366,7 +372,7 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
       const int c0 = (int)(g - row * PPR) * PE, sl = (int)(u % K);{prefetch}
       bar_wait(ready + sl, (unsigned)(u / K) & 1u);
       const float2 st = stat[sl];
-      const P* sp = reinterpret_cast<const P*>(slots + sl * PE + wc);{write_piece}
+      const P* sp = reinterpret_cast<const P*>(slots + sl * PE + wc);{write_piece}{fence}
       __syncwarp();  // every lane has read the slot
       if (lane == 0) bar_arrive(empty + sl);
     }}

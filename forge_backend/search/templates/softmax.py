@@ -50,7 +50,8 @@ The same kernels serve ``kforge.softmax`` (softmax_fusion.py: a softmax with its
 the input pointer becomes the inputs x0..xk, each at its own row offset (an input may broadcast over the leading
 dims), and every read of a pack evaluates the prologue's expression (fused.py's code, same rounding) into a pack of
 T, the dtype the softmax itself sees. Rows, caches and strategies are unchanged, except that the relay's slots hold
-the single input as it is and its consumers evaluate the prologue (Note [a prologue run from the relay's slots]).
+the single input as it is and its consumers evaluate the prologue (Note [a prologue run from the relay's slots]), once
+where its values fit the slots (Note [a prologue evaluated once, into its slot]).
 """
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
-from ...expression import SOFTMAX_OP, parse, result_dtype
+from ...expression import SOFTMAX_OP, Const, parse, result_dtype
 from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMEM_LIMIT, SMS,
                      TMA_HELPERS, align_of, best_vec, cdiv, chunk_of, clamp, cluster_combine, consts, filter_actions,
                      flag_knob, kept_ok, knob, launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill,
@@ -185,7 +186,10 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
             vec = 2
         return {"strategy": "cluster", "vec": vec, "block": block, "cs": cs, "cache": cache, "stream": False}
     if strategy == "relay":
-        return relay_defaults(_relay_isz(card))
+        p = relay_defaults(_relay_isz(card))
+        if _once_ok(card):  # Note [a prologue evaluated once, into its slot]: pieces of 16 KB, 10 slots, a lag of 4
+            p.update(pe=16384 // _relay_isz(card), k=10, lag=4, once=True)
+        return p
     if strategy == "pipe":  # 64 KB chunks: 64 KB of prefetch registers and 64 KB of shared memory per block
         cs = next((c for c in (2, 4, 8, 16) if chunk_of(cols, c, vec) * isz <= 64 * 1024), 16)
         block = clamp(pow2_ceil(cdiv(chunk_of(cols, cs, vec), vec * 8)), 128, 1024)
@@ -199,9 +203,10 @@ def root_params(card: OperatorCard) -> dict[str, Any]:
     rows, cols, isz = _dims(card)
     row_bytes = cols * isz
     order = ("group",) if row_bytes <= 4096 else ("block",) if row_bytes <= 64 * 1024 else ()
-    if row_bytes >= 256 * 1024 and rows * row_bytes >= 16 * 2**20 and not _fused(card):
+    if row_bytes >= 256 * 1024 and rows * row_bytes >= 16 * 2**20 and (not _fused(card) or _once_ok(card)):
         # Note [rows relayed through global memory]: [64, 262144] fp32 ran 38.8 us against the cluster's 43.6, bf16
-        # 26.8 against 27.5 (eleventh session, probe_relay.json, same run); the cluster stays the second seed
+        # 26.8 against 27.5 (eleventh session, probe_relay.json, same run); the cluster stays the second seed. A fused
+        # prologue whose values fit the slots: Note [a prologue evaluated once, into its slot]
         order = ("relay",)
     for s in order + ("cluster", "split", "block"):
         p = defaults(card, s)
@@ -215,7 +220,7 @@ def seeds(card: OperatorCard) -> list[dict[str, Any]]:
     kept = kept_seed(card)
     return [root] + ([kept] if kept is not None and kept != root else []) + \
         [p for s in STRATEGIES if s != root["strategy"] and valid(card, p := defaults(card, s))
-         and not (s == "relay" and _fused(card))]  # an action there: Note [a prologue run from the relay's slots]
+         and not (s == "relay" and _fused(card) and "once" not in p)]  # Note [a prologue run from the relay's slots]
 
 
 def kept_seed(card: OperatorCard) -> dict[str, Any] | None:
@@ -240,9 +245,12 @@ def _packs(card: OperatorCard, p: dict[str, Any]) -> int:
 def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     rows, cols, isz = _dims(card)
     s, vec, block = p.get("strategy"), p.get("vec", 0), p.get("block", 0)
+    if "once" in p and not (p["once"] is True and s == "relay" and _once_ok(card)):
+        return False  # Note [a prologue evaluated once, into its slot]
     if s == "relay":  # Note [rows relayed through global memory]: rows of >= 64 KB of the input as it is in memory
         risz = _relay_isz(card)
-        return cols * risz >= 64 * 1024 and _relay_layout_ok(card, vec) and relay_valid(p, rows, cols, risz)
+        return cols * risz >= 64 * 1024 and _relay_layout_ok(card, vec) and \
+            relay_valid({k: v for k, v in p.items() if k != "once"}, rows, cols, risz)
     if s not in STRATEGIES or not _vec_ok(card, vec) or block % 32 or not 32 <= block <= 1024:
         return False
     if "order" in p and not (p["order"] == "bcast" and s in ("group", "block") and _order(card) is not None):
@@ -321,8 +329,25 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
     if p["strategy"] in ("cluster", "split", "pipe"):
         acts.append(knob(p, "stream", not p.get("stream", False)))
     if p["strategy"] == "relay":
-        acts += relay_actions(p)
+        once = {"once": True} if p.get("once") else {}  # the softmax's own knob rides along
+        acts += [(label, {**q, **once}) for label, q in relay_actions({k: v for k, v in p.items() if k != "once"})]
+        acts.append(flag_knob(p, "once"))
     return filter_actions(card, p, acts, valid)
+
+
+def _once_ok(card: OperatorCard) -> bool:
+    """A fused card whose prologue's every value is a value of the relay's element type T, the input's (Note [a
+    prologue evaluated once, into its slot]): the prologue's dtype is T's or fp32 over an fp32 input, or its root
+    widens a value of T's dtype to fp32 (the soft cap: ``to_float32`` of a bf16 product)."""
+    if not _fused(card) or len(card.inputs) != 1:
+        return False
+    t, tf = card.inputs[0].spec.dtype, _in_dtype(card)
+    if tf == t:
+        return True
+    root = parse(str(card.scalars["expr"]))
+    if tf != "float32" or root.op != "to_float32":
+        return False
+    return not isinstance(root.args[0], Const) and result_dtype(root.args[0], [t]) == t
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -602,24 +627,32 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_fin({_x_params(card)}, 
 """
 
 
-_RELAY_REDUCE = """
+def _relay_reduce(once: bool) -> str:
+    """The relay's reduce of a warp's share of a piece: max, then sum of exp. ``once`` (Note [a prologue evaluated
+    once, into its slot]): the prologue's values replace the raw packs, in registers and in the slot."""
+    x = "to_f" if once else "xv"
+    put = """
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) pk[i].v[j] = narrow(xv(pk[i].v[j]));
+          const_cast<P*>(sp)[i * 32 + lane] = pk[i];""" if once else ""
+    return f"""
       P pk[NPL];
       float m = -CUDART_INF_F;
 #pragma unroll
       for (int i = 0; i < NPL; ++i)
-        if (c0 + wc + (i * 32 + lane) * VEC < COLS) {
-          pk[i] = sp[i * 32 + lane];
+        if (c0 + wc + (i * 32 + lane) * VEC < COLS) {{
+          pk[i] = sp[i * 32 + lane];{put}
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) m = fmaxf(m, xv(pk[i].v[j]));
-        }
+          for (int j = 0; j < VEC; ++j) m = fmaxf(m, {x}(pk[i].v[j]));
+        }}
       m = group_all<32, 32>(m, Max(), (float*)nullptr);
       float sum = 0.f;
 #pragma unroll
       for (int i = 0; i < NPL; ++i)
-        if (c0 + wc + (i * 32 + lane) * VEC < COLS) {
+        if (c0 + wc + (i * 32 + lane) * VEC < COLS) {{
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) sum += sexp(xv(pk[i].v[j]), m);
-        }
+          for (int j = 0; j < VEC; ++j) sum += sexp({x}(pk[i].v[j]), m);
+        }}
       sum = group_all<32, 32>(sum, Sum(), (float*)nullptr);
       const V v = make_float2(m, sum);"""
 
@@ -651,8 +684,32 @@ def _relay_layout_ok(card: OperatorCard, vec: int) -> bool:
 # hold the raw input (bf16 logits: half the bytes of the fp32 values the cluster kernels keep), and the prologue's
 # arithmetic is the consumers' (the soft cap: a division, a tanh and a product per element, both times).
 # Measured (twelfth session, probe_session12_softcap_relay.json, same run): the soft-capped softmax [64, 262144]
-# bf16 -> fp32 ran 69.7-77.4 us over six relay layouts against the cluster's 53.2 us. The relay is therefore neither
-# the root nor a seed of a fused card; the search reaches it as the action "strategy -> relay".
+# bf16 -> fp32 ran 69.7-77.4 us over six relay layouts against the cluster's 53.2 us. So where the prologue's values
+# do not fit the slots (below), the relay is neither the root nor a seed of a fused card; the search reaches it as the
+# action "strategy -> relay".
+
+# Note [a prologue evaluated once, into its slot]
+# The relay above evaluates a fused prologue three times an element: for the piece's max, for its sum of exp, and to
+# normalise it. Where every value the prologue gives is a value of the input's own type T (``_once_ok``: the soft cap
+# widens a bf16 product to fp32 only at its root), the knob ``once`` has each consumer lane evaluate it once, as it
+# reduces: the rounded values replace the raw packs in registers and in the lane's own share of the slot, and the
+# max, the sum and the write LAG pieces later only widen them. No other warp reads that share, and the same lane
+# writes and later reads each pack, so no barrier is added; before the slot is freed each lane fences its stores
+# against the copy engine's next fill (``wrote_slot`` in relay.py).
+# Measured on the soft-capped softmax [64, 262144] bf16 -> fp32 (sixteenth session, same runs; results/h200/
+# probe_session16_softcap_lut_once.json, probe_session16_relay_once.json, probe_session16_paired_rounding.json):
+# - with the roundings as F2F (before Note [roundings off the MIO pipe]): the relay's 32 KB pieces 70.3 us three
+#   times, 48.8-49.0 once, against the cluster root's 53.3-53.4; once in 16 KB pieces over 12 slots with a lag of 4,
+#   45.5; in 48 KB pieces over 24 consumer warps, 52.5;
+# - with the paired roundings, once: 38.4 us in 32 KB pieces, 35.8 in 16 KB pieces over 10 slots with a lag of 4 (the
+#   defaults here), 36.0 over 12, 37.2-39.1 in 8 KB pieces; the cluster 49.0;
+# - the plain sampling softmax ``to_float32(x0)``: 33.9 us in 16 KB pieces once, 35.9 three times, 40.3 in 32 KB
+#   pieces once, against the cluster's 47.0. Without a prologue (softmax [64, 262144] bf16) 16 KB pieces lose (27.9
+#   against 24.3 us), so only the fused defaults take them.
+# So a fused card whose prologue fits its slots takes this relay as its root (root_params). A tanh read from a table
+# of its 896 bf16 results in shared memory (exact: the same bits as tanhf for all 65536 inputs, GPU-tested) was slower
+# everywhere it was timed: the cluster 62.4 against 53.4 us, the relay once 59.2 against 48.8 (its loads queue on
+# the MIO pipe with the F2F roundings), so it was not kept.
 
 
 def _relay_header(card: OperatorCard, p: dict[str, Any]) -> str:
@@ -668,12 +725,29 @@ typedef Pack<T, VEC> P;
 typedef Pack<TO, VEC> PO;
 {_fused_loader(card)}
 __device__ __forceinline__ float xv(T v) {{ return to_f(from_f<TF>(fx(to_f(v)))); }}
+{_NARROW}
 """
+
+
+# A value of T widened to float, back to T: exact, so bf16 takes the top half of the float's bits and fp16 the paired
+# conversion (Note [roundings off the MIO pipe] in common.py); only ``once`` uses it, where _once_ok holds.
+_NARROW = r"""__device__ __forceinline__ float narrow_to(float v, float*) { return v; }
+__device__ __forceinline__ __nv_bfloat16 narrow_to(float v, __nv_bfloat16*) {
+  return __ushort_as_bfloat16((unsigned short)(__float_as_uint(v) >> 16));
+}
+__device__ __forceinline__ __half narrow_to(float v, __half*) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(r) : "f"(v));
+  return __ushort_as_half((unsigned short)r);
+}
+__device__ __forceinline__ T narrow(float v) { return narrow_to(v, (T*)nullptr); }"""
 
 
 def _relay_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     """Note [rows relayed through global memory] (relay.py): a piece's (max, sum), combined with MaxSum."""
-    val = "xv(p.v[j]) - m - lse" if log else "__expf(xv(p.v[j]) - m) * inv"
+    once = bool(p.get("once"))  # Note [a prologue evaluated once, into its slot]
+    x = "to_f" if once else "xv"
+    val = f"{x}(p.v[j]) - m - lse" if log else f"__expf({x}(p.v[j]) - m) * inv"
     pre = "const float lse = __logf(st.y);" if log else "const float inv = 1.f / st.y;"
     write = f"""
       const float m = st.x;
@@ -696,8 +770,8 @@ typedef MaxSum Op;
 __device__ __forceinline__ V ident() { return make_float2(-CUDART_INF_F, 0.f); }
 __device__ __forceinline__ float2 pack_stat(V v) { return v; }  // (max, sum of exp): the sum is >= 0
 __device__ __forceinline__ V unpack_stat(float2 f, int) { return f; }
-""" + relay_kernel("softmax_relay", "const T* __restrict__ x, TO* __restrict__ y", _RELAY_REDUCE,
-                   "\n          const float2 fin = a;", write)
+""" + relay_kernel("softmax_relay", "const T* __restrict__ x, TO* __restrict__ y", _relay_reduce(once),
+                   "\n          const float2 fin = a;", write, wrote_slot=once)
 
 
 def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
