@@ -26,7 +26,10 @@ of a 16-bit type converts x to both halves of a pair and widens one of them: the
 (probe_variants.py ``--swap``, results/h200/probe_session16_paired_rounding.json), the soft-capped softmax
 [64, 262144] bf16 -> fp32: cluster 49.0 us against 53.3 with F2F and 53.8 with an integer rounding (five ALU
 instructions); relay (once, 16 KB pieces, 10 slots) 35.8 against 41.8 and 43.4. A softmax whose prologue rounds
-nothing (``to_float32(x0)``) ran the same with all three (33.6-33.9 us).
+nothing (``to_float32(x0)``) ran the same with all three (33.6-33.9 us). The last single conversions left in the
+template seeds were a norm prologue's result packs (``ldx`` of fused.py, one F2F an element of MMDiT's residual adaLN
+norm); converting those in pairs as well was timed and not kept (sixteenth session, same run, --swap,
+results/h200/probe_session16_norm_prologue_pairs.json): 16.5 against 16.2 us, 17.2 against 16.9 in 32-thread groups.
 """
 from __future__ import annotations
 
