@@ -63,9 +63,12 @@ template <> __device__ __forceinline__ __half from_f<__half>(float x) { return _
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 // Round a float through T and back (ATen stores some statistics in the input dtype and reuses the rounded value).
 template <typename T> __device__ __forceinline__ float round_to(float x) { return to_f(from_f<T>(x)); }
-// 16-bit types: the paired conversion (F2FP), not the single one (F2F, the MIO pipe; Note [roundings off the MIO pipe])
-template <> __device__ __forceinline__ float round_to<__nv_bfloat16>(float x) { unsigned r; asm("cvt.rn.bf16x2.f32 %0, %1, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r << 16); }
-template <> __device__ __forceinline__ float round_to<__half>(float x) { unsigned r; asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(r) : "f"(x)); return __half2float(__ushort_as_half((unsigned short)r)); }
+// 16-bit types: the paired conversion (F2FP), not the single one (F2F, the MIO pipe; Note [roundings off the MIO pipe]):
+// x rounded into both halves of a pair
+__device__ __forceinline__ unsigned bf16_pair(float x) { unsigned r; asm("cvt.rn.bf16x2.f32 %0, %1, %1;" : "=r"(r) : "f"(x)); return r; }
+__device__ __forceinline__ unsigned f16_pair(float x) { unsigned r; asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(r) : "f"(x)); return r; }
+template <> __device__ __forceinline__ float round_to<__nv_bfloat16>(float x) { return __uint_as_float(bf16_pair(x) << 16); }
+template <> __device__ __forceinline__ float round_to<__half>(float x) { return __half2float(__ushort_as_half((unsigned short)f16_pair(x))); }
 
 // N elements of T moved as one (up to 16-byte) access; the generator only uses it on N-aligned offsets.
 template <typename T, int N> struct __align__(sizeof(T) * N) Pack { T v[N]; };

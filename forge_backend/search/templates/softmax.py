@@ -735,11 +735,7 @@ _NARROW = r"""__device__ __forceinline__ float narrow_to(float v, float*) { retu
 __device__ __forceinline__ __nv_bfloat16 narrow_to(float v, __nv_bfloat16*) {
   return __ushort_as_bfloat16((unsigned short)(__float_as_uint(v) >> 16));
 }
-__device__ __forceinline__ __half narrow_to(float v, __half*) {
-  unsigned r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(r) : "f"(v));
-  return __ushort_as_half((unsigned short)r);
-}
+__device__ __forceinline__ __half narrow_to(float v, __half*) { return __ushort_as_half((unsigned short)f16_pair(v)); }
 __device__ __forceinline__ T narrow(float v) { return narrow_to(v, (T*)nullptr); }"""
 
 
