@@ -7,13 +7,16 @@ compile searches the signatures it misses); kforge with the rest through Inducto
 time of a warm-cache kforge+Inductor compile next to a warm Inductor compile. Outputs are checked against eager.
 Times: the wall time per call of each configuration in interleaved rounds (``interleaved_ms``; ``inductor_again``
 times Inductor's model a second time in each round, so ``inductor_vs_itself`` says what the same code differs by),
-and the GPU time per forward from the profiler (``device_ms``: kernels only, no host time).
+and the GPU time per forward from the profiler (``device_ms``: kernels only, no host time). ``gate_decisions``: what
+the Inductor gate compared for each node of the kforge+Inductor compile that has a kernel (Note [what replacing a node
+costs inside Inductor]).
 Writes models.json/.md under --out (models_check with --check, models_<mode> with --mode), one row at a time, so a
 run cut short keeps what finished.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import math
 import os
@@ -22,6 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from unittest import mock
 
@@ -155,11 +159,22 @@ def compiler(opts: dict, mode: str | None):
     def inductor(model):
         return _stepped(torch.compile(model, mode=mode), mode)
 
-    def kforge_inductor(model):
+    def kforge_inductor(model, on_report=None):
+        from forge_backend.backend import make_backend
+
+        backend = make_backend(on_report=on_report)  # what backend="kforge" is, with the compile's reports
         if mode is None:
-            return torch.compile(model, backend="kforge", options={**opts, "inner": "inductor"})
-        return _stepped(torch.compile(model, backend="kforge", mode=mode), mode)
+            return torch.compile(model, backend=backend, options={**opts, "inner": "inductor"})
+        return _stepped(torch.compile(model, backend=backend, mode=mode), mode)
     return inductor, kforge_inductor
+
+
+def gate_rows(reports) -> list[dict]:
+    """The reports' gate decisions as small dicts: floats rounded, identical decisions (one signature in repeated
+    blocks) once, with how many ``nodes`` they were made for."""
+    counts = Counter(d for r in reports for d in r.gate)
+    return [{k: round(v, 2) if isinstance(v, float) else v for k, v in dataclasses.asdict(d).items()} | {"nodes": n}
+            for d, n in counts.items()]
 
 
 def _stepped(fn, mode: str | None):
@@ -217,7 +232,8 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
         out_e = kfe(*inputs)
         eager_counters = dict(counters["kforge"])
         counters.clear()
-        kfi = kforge_compile(model)
+        inductor_reports = []
+        kfi = kforge_compile(model, on_report=inductor_reports.append)
         first_call_s(kfi, inputs)
         poison_cached_memory(torch.device("cuda", 0))
         out_i = kfi(*inputs)
@@ -268,7 +284,8 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
             # what happened on each path (replaced nodes, layout fallbacks, cache hits, checked calls...)
             "kforge_eager_counters": eager_counters, "kforge_inductor_counters": inductor_counters,
             "timing_counters": call_counters, "eager_rerun_rel_err": rel_err(again, ref),
-            "kforge_eager_vs_inductor_rel_err": rel_err(out_e, out_ind), "ref_overwritten": ref_sum_after != ref_sum}
+            "kforge_eager_vs_inductor_rel_err": rel_err(out_e, out_ind), "ref_overwritten": ref_sum_after != ref_sum,
+            "gate_decisions": gate_rows(inductor_reports)}
 
 
 def results_stem(check: bool = False, mode: str | None = None) -> str:

@@ -131,8 +131,13 @@ def conv_variants() -> list[dict[str, Any]]:
     out += list(grid(strategy="rows", tl=[64, 128, 256], tc=[32, 64], block=[128, 256, 512], vec=8, steps=[2, 4, 8]))
     # Note [two positions per lane] (`--strategy lp`)
     out += list(grid(strategy="rows", tl=[64, 128, 256], tc=[16, 32, 64], block=[128, 256, 512], vec=[8, 4], lp=2))
-    return out + list(grid(strategy="rows", tl=[128, 256, 512], tc=[8, 16, 32], block=64, vec=8, lp=2)) + \
+    out += list(grid(strategy="rows", tl=[128, 256, 512], tc=[8, 16, 32], block=64, vec=8, lp=2)) + \
         list(grid(strategy="rows", tl=512, tc=[8, 16, 32], block=[128, 256], vec=8, lp=2))
+    # Note [output chunks aligned per channel row] (`--strategy chunks`)
+    chunks = list(grid(strategy="chunks", tl=[128, 256, 512], tc=[16, 32, 64, 128], block=[128, 256, 512], vec=8))
+    # Note [a warp's stores along one row] (`--strategy chunks`)
+    rowfast = list(grid(strategy="chunks", tl=[64, 128, 256], tc=[64, 128], block=[128, 256], vec=8, rowfast=True))
+    return out + chunks + [{**p, "direct": True} for p in chunks] + rowfast
 
 
 def two_wave_variants() -> list[dict[str, Any]]:
@@ -234,6 +239,10 @@ def main() -> None:
     ap.add_argument("--copy", action="append", type=int, default=[], metavar="MIB",
                     help="also time a plain copy (Tensor.copy_) that moves MIB mebibytes, read plus written, with the "
                          "same timer: the ceiling of a row that moves as much (repeat for several)")
+    ap.add_argument("--transpose", action="append", default=[], metavar="ROWSxCOLS:DTYPE",
+                    help="also time a transposing copy of a [ROWS, COLS] tensor (eager .t().contiguous() and "
+                         "Inductor's compiled one) with the same timer: the ceiling of a kernel that turns its input "
+                         "around, as the causal conv1d does (repeat for several)")
     ap.add_argument("--flush-only", action="store_true",
                     help="only time eager with a read and a write L2 flush (Note [why flush before each repeat])")
     args = ap.parse_args()
@@ -251,10 +260,11 @@ def main() -> None:
     dev = torch.device("cuda", 0)
     timers = {f: Timer(dev, flush=f) for f in ("read", "write")}
 
-    if args.copy:
+    if args.copy or args.transpose:
         from forge_backend.measure import measure_copy_bandwidth
         bw = measure_copy_bandwidth(dev)
     results = [time_copy(timers["read"], mb, bw) for mb in args.copy]
+    results += [row for spec in args.transpose for row in time_transpose(timers["read"], spec, bw)]
     client = WorkerClient(None, 0, timeout_s=20)
     try:
         for name, card, variants in cases():
@@ -318,6 +328,35 @@ def time_copy(timer: Any, mb: int, bw: float) -> dict[str, Any]:
           flush=True)
     return {"case": f"copy {mb} MiB", "time_us": us, "floor_us": floor, "pct_bw": 100 * floor / us,
             "copy_bandwidth_gbps": bw}
+
+
+def time_transpose(timer: Any, spec: str, bw: float) -> list[dict[str, Any]]:
+    """A plain copy and a transposing copy of a [ROWS, COLS] tensor (``spec`` ROWSxCOLS:DTYPE), eager and through
+    Inductor, timed like the variants: how close a kernel that turns its input around can get to its floor."""
+    import torch
+
+    shape, _, dtype = spec.partition(":")
+    try:
+        rows, cols = (int(v) for v in shape.split("x"))
+        dt = getattr(torch, dtype or "bfloat16")
+    except (ValueError, AttributeError):
+        raise SystemExit(f"--transpose: {spec!r} is not ROWSxCOLS:DTYPE") from None
+    x = torch.randn(rows, cols, device=timer.device).to(dt)
+    moved = 2 * x.numel() * x.element_size()
+    floor = moved / (bw * 1e3)
+    compiled = torch.compile(lambda t: t.t().contiguous())
+    want = x.t().contiguous()
+    if not torch.equal(compiled(x), want):
+        raise SystemExit("--transpose: Inductor's transpose differs from eager's")
+    out = []
+    for label, fn in (("copy", lambda: x.clone()), ("eager transpose", lambda: x.t().contiguous()),
+                      ("Inductor transpose", lambda: compiled(x))):
+        us = timer.time(fn).median_us
+        print(f"== {label} [{rows},{cols}] {dtype}: {us:.1f} us, floor {floor:.1f} us: {100 * floor / us:.1f}%",
+              flush=True)
+        out.append({"case": f"{label} [{rows},{cols}] {dtype}", "time_us": us, "floor_us": floor,
+                    "pct_bw": 100 * floor / us, "copy_bandwidth_gbps": bw})
+    return out
 
 
 def swapped(cand: Candidate, swaps: list[str]) -> list[Candidate]:

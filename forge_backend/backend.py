@@ -26,7 +26,7 @@ from .cards import OperatorCard
 from .config import KforgeConfig
 from .errors import BadOption
 from .expression import FUSED_OP
-from .inductor_gate import charged_bytes, host_cost_us, inductor_reorders_layout, replaces
+from .inductor_gate import GateDecision, charged_bytes, decide, host_cost_us, inductor_reorders_layout
 from .node_decompose import NotDecomposable, decompose_nodes
 from .registry import REGISTRY, KernelImpl
 from .rewrite import Replacement, apply
@@ -55,6 +55,9 @@ class CompileReport:
     fallback: str | None = None
     seconds: float = 0.0
     cached: bool = False  # Inductor's cache served the compiled graph (no rewrite ran in this process)
+    # inner="inductor": each node with a kernel that the gate judged, replaced or kept (Note [what replacing a node
+    # costs inside Inductor]); a retry's report carries earlier attempts' decisions on overloads it decomposed
+    gate: list[GateDecision] = field(default_factory=list)
 
 
 def _needs_backward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
@@ -352,7 +355,7 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
     decompose = {op for op in candidates if str(op) in plans.get(graph_key)}
     # what earlier attempts found out, carried into the report of the attempt that compiles: a rewrite failure,
     # and the time spent planning and searching (a first compile searches in its first attempt)
-    fallback, spent, retries, restarted = None, 0.0, 0, False
+    fallback, spent, retries, restarted, gate = None, 0.0, 0, False, []
     while True:
         keep = candidates - decompose if retries < _INDUCTOR_ATTEMPTS - 1 else set()
         attempt_report = CompileReport(cached=True)  # stays True only if Inductor's cache skipped the inner compiler
@@ -364,6 +367,7 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
             if left is None and restart is None:
                 raise
             fallback, spent = fallback or attempt_report.fallback, spent + attempt_report.seconds
+            gate = _carried(gate, attempt_report.gate)
             if restart is not None:
                 restarted, cache_patches = True, _cache_patches(provider, cfg)
                 counters["kforge"]["restarted_for_cache"] += 1
@@ -379,10 +383,25 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
             plans.put(graph_key, sorted(str(op) for op in decompose))
         attempt_report.fallback = attempt_report.fallback or fallback
         attempt_report.seconds += spent
+        attempt_report.gate = _carried(gate, attempt_report.gate)
+        _log_kept(attempt_report.gate)
         _emit(attempt_report, on_report)  # one report per graph: the attempt that compiled it
         if attempt_report.cached:
             log.info("kforge: Inductor's cache served this graph; its kernels load by key when first called")
         return compiled
+
+
+def _carried(earlier: list[GateDecision], later: list[GateDecision]) -> list[GateDecision]:
+    """The gate's decisions for one graph over its attempts: a later attempt's, and an earlier one's for signatures
+    the later did not judge again (a retry had Inductor decompose their overload: Note [kforge inside Inductor])."""
+    judged = {d.key for d in later}
+    return [d for d in earlier if d.key not in judged] + later
+
+
+def _log_kept(gate: list[GateDecision]) -> None:
+    for d in gate:
+        if not d.replaced:
+            log.info("kforge: %s kept with Inductor: %s (key %s)", d.op, d.reason(), d.key)
 
 
 def _compile_once(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: KforgeConfig, provider: Any,
@@ -448,6 +467,7 @@ def _rewrite_or_keep(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: Kern
         report.fallback = f"{type(e).__name__}: {e}"
         report.replaced.clear()
         report.fused_overloads.clear()
+        report.gate.clear()
         log.warning("kforge: rewrite failed (%s: %s); this graph runs without kforge kernels", type(e).__name__, e)
     report.seconds = time.perf_counter() - t0
     log.info("kforge: %d ATen ops, %d candidates (%d signatures, %d fused groups), %d replaced in %.2fs",
@@ -505,11 +525,14 @@ def _plan_and_rewrite(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: Ker
         impl = impls.get(c.signature.key())
         if impl is None or taken.intersection(c.group.members if c.group is not None else (c.node,)):
             continue
-        if cfg.inner == "inductor" and "inductor_us" in impl.extra and not replaces(
-                impl.extra["kforge_us"], impl.extra["inductor_us"], bytes_min[impl.key],
-                charged_bytes(c.node, reordered, c.group), cfg.margin, host_us):
-            counters["kforge"]["kept_for_fusion"] += 1  # Note [what replacing a node costs inside Inductor]
-            continue
+        # Note [what replacing a node costs inside Inductor]
+        if cfg.inner == "inductor" and "inductor_us" in impl.extra:
+            decision = decide(c.signature.op, impl.key, impl.extra["kforge_us"], impl.extra["inductor_us"],
+                              bytes_min[impl.key], charged_bytes(c.node, reordered, c.group), cfg.margin, host_us)
+            report.gate.append(decision)
+            if not decision.replaced:
+                counters["kforge"]["kept_for_fusion"] += 1
+                continue
         REGISTRY.register(impl)
         replacements.append(Replacement(c.node, c.signature, impl, c.group))
         report.replaced.append((c.signature.op, impl.key, impl.speedup))

@@ -16,7 +16,9 @@ replaced node costs more than its kernel's time:
 
 The single-op time Inductor is measured by (Note [the baseline inside Inductor]) has none of these costs, so a
 kernel replaces a node only when ``kforge_us * (1 + margin) + fused bytes at its rate + HOST_COST_US`` is below
-Inductor's time. Signature-level decisions (the provider) use no neighbours; node-level ones (the rewrite) do.
+Inductor's time. Signature-level decisions (the provider) use no neighbours; node-level ones (the rewrite) do. Each
+node-level one is a ``GateDecision`` in the compile's report (``CompileReport.gate``), and a node it keeps with
+Inductor is logged with the numbers compared.
 
 An op Inductor itself runs as an extern call (a convolution, or a matmul in its default mode) loses no fusion
 when kforge replaces it: Inductor's own version makes the same tensors real. Its fusions are not charged.
@@ -28,6 +30,8 @@ norms replaced inside Inductor ran 27.0 and 27.1 ms against Inductor's 35.0 and 
 with every one of them charged for its fused SiLU and left to Inductor, 35.2 against 35.0 ms.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.fx
@@ -123,8 +127,42 @@ def host_cost_us() -> float:
     return 0.0 if inductor_config.triton.cudagraphs else HOST_COST_US
 
 
+@dataclass(frozen=True)
+class GateDecision:
+    """One node's comparison (Note [what replacing a node costs inside Inductor]): the kernel's time with the margin,
+    its fused neighbours' traffic at its rate and the extern call's host time, against Inductor's single op."""
+
+    op: str  # the signature's op ("kforge.norm" for a norm group)
+    key: str  # the kernel's signature key
+    kforge_us: float
+    inductor_us: float
+    charged_bytes: int  # fused neighbours' bytes charged to the node
+    fused_us: float  # those bytes at the kernel's own rate
+    host_us: float
+    margin: float
+    total_us: float  # kforge_us * (1 + margin) + fused_us + host_us
+    replaced: bool  # total_us < inductor_us
+
+    def reason(self) -> str:
+        return (f"{self.kforge_us:.1f} us x{1.0 + self.margin:.2f} + {self.fused_us:.1f} us fused traffic "
+                f"({self.charged_bytes / 1e6:.3g} MB) + {self.host_us:.1f} us host = {self.total_us:.1f} "
+                f"{'<' if self.replaced else '>='} Inductor {self.inductor_us:.1f} us")
+
+    def describe(self) -> str:
+        return f"{self.op} {'replaced' if self.replaced else 'kept'}: {self.reason()}"
+
+
+def decide(op: str, key: str, kforge_us: float, inductor_us: float, op_bytes: int, fused_bytes: int, margin: float,
+           host_us: float = HOST_COST_US) -> GateDecision:
+    """Note [what replacing a node costs inside Inductor]: the kernel's costs against Inductor's time, fused bytes
+    charged at the kernel's own rate (its time over the ``op_bytes`` it moves)."""
+    fused_us = fused_bytes * (kforge_us / max(op_bytes, 1))
+    total = kforge_us * (1.0 + margin) + fused_us + host_us
+    return GateDecision(op, key, kforge_us, inductor_us, fused_bytes, fused_us, host_us, margin, total,
+                        total < inductor_us)
+
+
 def replaces(kforge_us: float, inductor_us: float, op_bytes: int, fused_bytes: int, margin: float,
              host_us: float = HOST_COST_US) -> bool:
-    """Note [what replacing a node costs inside Inductor]: does the kernel beat Inductor with its costs added?"""
-    per_byte = kforge_us / max(op_bytes, 1)
-    return kforge_us * (1.0 + margin) + fused_bytes * per_byte + host_us < inductor_us
+    """Does the kernel beat Inductor with its costs added? (``decide`` without the record.)"""
+    return decide("", "", kforge_us, inductor_us, op_bytes, fused_bytes, margin, host_us).replaced

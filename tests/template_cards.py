@@ -172,10 +172,10 @@ def norm_residual(prologue: str, heads: Sequence[tuple[Sequence[int], str]], exp
 
 
 def causal_conv1d(c: int = 96, length: int = 37, k: int = 4, dtype: str = "bfloat16", channels_fast: bool = True,
-                  bias: bool = False, padding: int | None = None) -> OperatorCard:
+                  bias: bool = False, padding: int | None = None, batch: int = 1) -> OperatorCard:
     """Qwen 3.5's causal conv1d: a depthwise convolution (padding k - 1, unless given) over a [B, L, C] activation
     seen as [B, C, L] (a transposed view, channels fast), or over a contiguous [B, C, L]."""
-    x = meta((1, length, c), dtype).transpose(1, 2) if channels_fast else meta((1, c, length), dtype)
+    x = meta((batch, length, c), dtype).transpose(1, 2) if channels_fast else meta((batch, c, length), dtype)
     return card_for("aten.convolution.default", {
         "input": x, "weight": meta((c, 1, k), dtype), "bias": meta((c,), dtype) if bias else None,
         "stride": [1], "padding": [k - 1 if padding is None else padding], "dilation": [1], "transposed": False,

@@ -1,5 +1,6 @@
 """bench_models.py's bookkeeping: --merge (one models.json/.md from the halves of a run split over GPUs,
-run_device.sh models-split), the order of the timing rounds, and how device time per forward is summed. CPU only."""
+run_device.sh models-split), the order of the timing rounds, how device time per forward is summed, and the gate
+decisions a row holds. CPU only."""
 import json
 import sys
 from pathlib import Path
@@ -107,3 +108,17 @@ def test_device_ms_is_the_median_round_of_each_configuration(monkeypatch):
     monkeypatch.setattr(profile_kernels, "kernel_table", fake_table)
     assert bench_models.device_ms(fns, (), rounds=3) == {"a": 2.0, "b": 0.6}  # 3 asked: 4, whole rotations
     assert seen == ["a", "b", "b", "a", "a", "b", "b", "a"]  # rotated each round
+
+
+def test_gate_decisions_are_small_rounded_and_counted_once_per_signature():
+    """Repeated blocks make the same decision for each node of one signature: the row lists it once, with ``nodes``."""
+    from forge_backend.backend import CompileReport
+    from forge_backend.inductor_gate import decide
+
+    norm = decide("kforge.norm", "k1", 16.2, 21.9, 162_000, 31_000, 0.03)
+    softmax = decide("aten._softmax.default", "k2", 4.1, 19.0, 10**6, 0, 0.03)
+    rows = bench_models.gate_rows([CompileReport(gate=[norm, softmax, norm]), CompileReport(gate=[norm])])
+    assert [(r["op"], r["nodes"], r["replaced"]) for r in rows] == [("kforge.norm", 3, False),
+                                                                   ("aten._softmax.default", 1, True)]
+    assert rows[0]["total_us"] == 24.79 and rows[0]["fused_us"] == 3.1 and rows[0]["charged_bytes"] == 31_000
+    assert json.loads(json.dumps(rows)) == rows

@@ -1,11 +1,13 @@
 """Note [what replacing a node costs inside Inductor]: the bytes a replaced node makes real, and the decision."""
+import logging
+
 import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from cpu_provider import CpuProvider
 from forge_backend.backend import make_backend
-from forge_backend.inductor_gate import HOST_COST_US, charged_bytes, fused_traffic_bytes, replaces
+from forge_backend.inductor_gate import HOST_COST_US, charged_bytes, decide, fused_traffic_bytes, replaces
 
 LN = torch.ops.aten.native_layer_norm.default
 SOFTMAX = torch.ops.aten._softmax.default
@@ -74,6 +76,25 @@ def test_fused_bytes_are_charged_at_the_kernels_own_rate(fused, used):
     assert not replaces(10.0, 10.0 * 1.03 + HOST_COST_US - 0.01, 10**6, 0, 0.03)
 
 
+@pytest.mark.parametrize("kf,ind,op_bytes,fused,host", [
+    (10.0, 18.8, 10**6, 0, HOST_COST_US), (10.0, 18.8, 10**6, 10**6, HOST_COST_US),
+    (10.0, 10.0 * 1.03 + HOST_COST_US - 0.01, 10**6, 0, HOST_COST_US), (5.8, 8.1, 10**4, 0, 0.0),
+    (16.2, 21.9, 0, 0, HOST_COST_US)])
+def test_the_decision_holds_the_arithmetic_replaces_answers_with(kf, ind, op_bytes, fused, host):
+    d = decide("kforge.norm", "k", kf, ind, op_bytes, fused, 0.03, host)
+    assert d.replaced is replaces(kf, ind, op_bytes, fused, 0.03, host)
+    assert d.fused_us == pytest.approx(fused * kf / max(op_bytes, 1)) and d.charged_bytes == fused
+    assert d.total_us == pytest.approx(kf * 1.03 + d.fused_us + host) and d.replaced is (d.total_us < ind)
+
+
+def test_a_decision_names_the_numbers_it_compared():
+    """SD3.5 MMDiT's residual adaLN norm: a 16.2 us kernel against Inductor's 21.9 us, with its fused traffic."""
+    kept = decide("kforge.norm", "k", 16.2, 21.9, 162_000, 31_000, 0.03, HOST_COST_US)
+    assert kept.describe() == ("kforge.norm kept: 16.2 us x1.03 + 3.1 us fused traffic (0.031 MB) + 5.0 us host "
+                               "= 24.8 >= Inductor 21.9 us")
+    assert decide("kforge.norm", "k", 16.2, 21.9, 162_000, 0, 0.03, 0.0).describe().endswith("16.7 < Inductor 21.9 us")
+
+
 def test_cuda_graph_replays_charge_no_host_time():
     """A kernel 2.3 us faster than Inductor's op loses to the extern call's 5 us of host time, except in a compile
     that replays CUDA graphs (mode="reduce-overhead"), where no host code runs per node."""
@@ -95,13 +116,13 @@ class Timed(CpuProvider):
         return dataclasses.replace(super()._impl(key, sig), extra={"kforge_us": 10.0, "inductor_us": 18.8})
 
 
-def compiled_counters(fn, *args):
+def compiled_counters(fn, *args, on_report=None, provider=None):
     from torch._dynamo.utils import counters
 
     counters.clear()
-    provider = Timed(ops=["aten.native_layer_norm.default"])
+    provider = provider or Timed(ops=["aten.native_layer_norm.default"])
     with torch.no_grad():
-        out = torch.compile(fn, backend=make_backend(provider), options={"inner": "inductor"})(*args)
+        out = torch.compile(fn, backend=make_backend(provider, on_report), options={"inner": "inductor"})(*args)
     torch.testing.assert_close(out, fn(*args), rtol=1e-4, atol=1e-5)
     return dict(counters["kforge"])
 
@@ -114,6 +135,26 @@ def test_inside_inductor_a_norm_feeding_a_pointwise_op_stays_with_inductor():
     torch._dynamo.reset()
     modulated = compiled_counters(lambda x: torch.tanh(ln(x)) * 2.0, x)
     assert modulated.get("kept_for_fusion") == 1 and modulated.get("inductor_retries") == 1
+
+
+@pytest.mark.parametrize("modulated", [False, True])
+def test_the_report_holds_each_gate_decision_and_the_log_names_a_kept_one(caplog, modulated):
+    """The modulated norm is kept, and the compile runs again with layer norms decomposed: its report (the second
+    attempt's) still holds the first attempt's decision."""
+    ln = torch.nn.LayerNorm(64)
+    x = torch.randn(8, 64)
+    provider, reports = Timed(ops=["aten.native_layer_norm.default"]), []
+    with caplog.at_level(logging.INFO, logger="kforge"):
+        counted = compiled_counters((lambda x: torch.tanh(ln(x)) * 2.0) if modulated else ln, x,
+                                    on_report=reports.append, provider=provider)
+    [report] = reports
+    [d] = report.gate
+    card = next(c for c in provider.cards_seen if c.key == d.key)
+    assert (d.op, d.key, d.charged_bytes) == (card.op, card.key, 2 * x.numel() * 4 if modulated else 0)
+    assert d == decide(card.op, card.key, 10.0, 18.8, card.bytes_min, d.charged_bytes, 0.03, HOST_COST_US)
+    assert d.replaced is not modulated and counted.get("inductor_retries", 0) == int(modulated)
+    kept = [r.getMessage() for r in caplog.records if "kept with Inductor" in r.getMessage()]
+    assert kept == ([f"kforge: {card.op} kept with Inductor: {d.reason()} (key {card.key})"] if modulated else [])
 
 
 @pytest.mark.parametrize("reordered", [False, True])

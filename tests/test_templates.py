@@ -647,7 +647,8 @@ def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
     pairs = {"strategy": "rows", "tl": 256, "tc": 16, "block": 128, "vec": 8, "lp": 2}  # [two positions per lane]
     assert conv.matches(card) and conv.root_params(card) == pairs  # 16-byte channel loads, rows of output positions
     # Note [a window of positions in registers]
-    assert conv.seeds(card) == [pairs, rows, {**plain, "vec": 8}, window, plain]
+    chunks = {"strategy": "chunks", "tl": 128, "tc": 64, "block": 128, "vec": 8, "rowfast": True}
+    assert conv.seeds(card) == [pairs, chunks, rows, {**plain, "vec": 8}, window, plain]
     cand = conv.generate(card, {**plain, "vec": 8})
     assert "constexpr int XC_FAST = 1;" in cand.source and "constexpr int YL_FAST = 1;" in cand.source
     assert "ldp<T, 8>(x + n * XS0 + c + l * XS2)" in cand.source and cand.requires_align == 16
@@ -673,8 +674,9 @@ def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
     assert launches[0].grid == (2051 // 64 + 1, 8192 // 64, 1) and launches[0].block == (64, 1, 1)
     odd_c = tc.causal_conv1d(33, 70, k=7, dtype="float16")  # 33 channels: a vector would straddle two rows
     assert conv.root_params(odd_c) == plain and not conv.valid(odd_c, {**plain, "vec": 2})
+    # 100 channels: 8-byte vectors only, so no chunks (16-byte vectors in and out)
     assert conv.seeds(tc.causal_conv1d(100, 130))[:4] == [{**pairs, "vec": 4}, {**rows, "vec": 4},
-                                                          {**plain, "vec": 4}, {**window, "vec": 4}]  # 8-byte vectors
+                                                          {**plain, "vec": 4}, {**window, "vec": 4}]
     launches, _ = resolve_plan(cand, card.sizes, card.floats)
     assert launches[0].grid == (2051 // 64 + 1, 8192 // 64, 1)  # L_out = 2048 + 2 * 3 - 4 + 1
     odd = CARDS["dwconv_odd_f32"][0]()
@@ -971,6 +973,78 @@ def test_depthwise_conv1d_rows_in_pairs_shift_odd_rows_and_store_pairs() -> None
     assert "uint2" in src.source
     _compile_once(src)
 
+
+
+def test_depthwise_conv1d_chunks_store_aligned_vectors_of_each_row() -> None:
+    """Note [output chunks aligned per channel row]: a thread's channels each store one 16-byte vector of outputs,
+    the row's chunks shifted by its phase (a constant per channel of a vector); only with 16-byte vectors in and out,
+    rows of one phase per channel of a vector across samples, a window that fits in registers and a chunk for every
+    thread; one action from the rows and back."""
+    from forge_backend.search.templates import conv
+
+    card = CARDS["dwconv_qwen_bf16"][0]()  # rows of 2051: phases (u * 2051) % 8 = 0, 3, 6, 1, ...
+    chunks = {"strategy": "chunks", "tl": 256, "tc": 64, "block": 256, "vec": 8}
+    assert conv.valid(card, chunks)
+    cand = conv.generate(card, chunks)
+    assert "constexpr int VEC = 8, NV = TC / VEC, NJ = TL / VEC, W = 2 * VEC + K - 2, TLI = TL + VEC + K - 2;" in \
+        cand.source
+    assert "const int sh = (int)((YS1 * u) % VEC), l = lb - sh;" in cand.source
+    assert "stp<TO, VEC>(yr, out);" in cand.source and "win[w] = s[j * VEC + w][SWZ(j * VEC + w, v)];" in cand.source
+    assert cand.requires_align == 16 and cand.launches[0].kernel == "dwconv1d_chunks"
+    launches, _ = resolve_plan(cand, card.sizes, card.floats)
+    assert launches[0].grid == (9, 8192 // 64, 1)  # 2051 + 7 positions: 9 tiles of 256
+    _compile_once(cand)
+    direct = conv.generate(card, {**chunks, "direct": True}).source
+    assert "win[w] = ldp<T, VEC>(xb + v * VEC + l * XS2);" in direct and "__shared__ Pack<T, VEC> s" not in direct
+    _compile_once(conv.generate(card, {**chunks, "direct": True}))
+    acts = dict(conv.actions(card, chunks))
+    assert acts["direct False -> True"] == {**chunks, "direct": True}
+    assert acts["rowfast False -> True"] == {**chunks, "rowfast": True}
+    assert "strategy chunks -> rows" not in acts  # rows of 256 x 64 floats: past static shared memory
+    half = {**chunks, "tl": 128}
+    assert dict(conv.actions(card, half))["strategy chunks -> rows"] == {**half, "strategy": "rows"}
+    rows = {"strategy": "rows", "tl": 128, "tc": 64, "block": 128, "vec": 8}  # 16 chunks x 8 vectors
+    assert dict(conv.actions(card, rows))["strategy rows -> chunks"] == {**rows, "strategy": "chunks"}
+    assert not conv.valid(card, {**chunks, "vec": 4})  # 8-byte vectors: a chunk is one 16-byte store
+    assert not conv.valid(card, {**chunks, "tc": 16})  # 32 chunks x 2 vectors for 256 threads
+    assert not conv.valid(card, {**chunks, "lp": 2}) and not conv.valid(card, {**chunks, "direct": False})
+    assert not conv.valid(card, {**chunks, "tl": 512, "tc": 64})  # 518 rows x 128 bytes: past static shared memory
+    assert conv.valid(card, {**chunks, "tl": 512, "tc": 64, "direct": True})  # no tile in shared memory
+    assert not conv.valid(tc.causal_conv1d(8192, 2048, k=12), chunks)  # 2 * 8 + 10 = 26 vectors held
+    assert not conv.valid(tc.causal_conv1d(64, 300, channels_fast=False), chunks)  # positions-fast input
+    # two samples of a contiguous output: C is a multiple of 8, so is the sample stride, and rows keep their phase
+    assert conv.valid(tc.causal_conv1d(64, 300, batch=2), {**chunks, "tc": 32, "block": 128})
+    f32 = tc.causal_conv1d(96, 37, k=4, dtype="float32", bias=True)
+    assert conv.valid(f32, {**chunks, "vec": 4, "tl": 32, "tc": 32, "block": 64})
+    src = conv.generate(f32, {**chunks, "vec": 4, "tl": 32, "tc": 32, "block": 64})
+    assert "to_f(b[c])" in src.source
+    _compile_once(src)
+
+
+def test_depthwise_conv1d_chunks_along_a_row_swizzle_their_tile() -> None:
+    """Note [a warp's stores along one row]: ``rowfast`` runs a block's tasks chunk-fastest and swizzles the shared
+    tile's columns by row; it needs the tile in shared memory and eight vectors and eight chunks a row; the chunks'
+    seed."""
+    from forge_backend.search.templates import conv
+
+    card = CARDS["dwconv_qwen_bf16"][0]()
+    p = conv.defaults(card, "chunks")
+    assert p == {"strategy": "chunks", "tl": 128, "tc": 64, "block": 128, "vec": 8, "rowfast": True}
+    src = conv.generate(card, p).source
+    assert "#define SWZ(i, v) ((v) ^ (((i) / VEC) & (NV - 1)))" in src
+    assert "const int j = e % NJ, v = e / NJ, cb = c0 + v * VEC;" in src
+    assert "s[i][SWZ(i, e % NV)] = xv[t];" in src and "win[w] = s[j * VEC + w][SWZ(j * VEC + w, v)];" in src
+    plain = conv.generate(card, {k: v for k, v in p.items() if k != "rowfast"}).source
+    assert "#define SWZ(i, v) (v)" in plain and "const int v = threadIdx.x % NV" in plain
+    _compile_once(conv.generate(card, p))
+    assert "lanes along a row" in conv.generate(card, p).description
+    assert not conv.valid(card, {**p, "direct": True})  # no shared tile to swizzle
+    assert not conv.valid(card, {**p, "tc": 32})  # 4 vectors a row: the phase's rows would share columns
+    assert not conv.valid(card, {**p, "tl": 32})  # 4 chunks a row
+    assert not conv.valid(card, {**p, "rowfast": False})
+    assert not conv.valid(card, {"strategy": "rows", "tl": 128, "tc": 64, "block": 128, "vec": 8, "rowfast": True})
+    f32 = tc.causal_conv1d(40, 45, k=4, dtype="float32", batch=2)  # 4-element vectors: 32 channels are 8 of them
+    assert conv.valid(f32, {**p, "vec": 4, "tl": 32, "tc": 32, "block": 64})
 
 
 def test_relay_knob_once_evaluates_a_prologue_once() -> None:

@@ -315,3 +315,34 @@ CONV_ROWS = [
 def test_conv_rows_pass_the_verifier(case):
     card, params = case
     check(card, {"strategy": "rows", **params})
+
+
+# Note [output chunks aligned per channel row]: rows of odd lengths (every phase of a vector), a channel tail past C,
+# chunks partly outside their row at both ends, fp32 and fp16 vectors, K of 3, 4 and 7, a centred window, a bias,
+# two samples whose rows keep their phase, windows read from global memory, channel tiles first, more chunks than
+# threads, a tile of 512 positions
+CONV_CHUNKS = [
+    (tc.causal_conv1d(8192, 2048, k=4, dtype="bfloat16"), {"tl": 256, "tc": 64, "block": 256}),
+    (tc.causal_conv1d(8192, 2048, k=4, dtype="bfloat16"), {"tl": 256, "tc": 64, "block": 256, "direct": True}),
+    (tc.causal_conv1d(104, 131, k=4, dtype="bfloat16"), {"tl": 64, "tc": 64, "block": 64}),
+    (tc.causal_conv1d(96, 37, k=4, dtype="float32", bias=True), {"tl": 32, "tc": 32, "block": 64}),
+    (tc.causal_conv1d(40, 73, k=7, dtype="float16", bias=True), {"tl": 256, "tc": 16, "block": 64,
+                                                                 "direct": True}),
+    (tc.causal_conv1d(24, 51, k=3, dtype="bfloat16"), {"tl": 256, "tc": 16, "block": 64, "cfirst": True}),
+    (tc.causal_conv1d(40, 99, k=5, dtype="bfloat16", padding=2, bias=True), {"tl": 512, "tc": 8, "block": 64}),
+    (tc.causal_conv1d(64, 300, k=4, dtype="bfloat16", batch=2), {"tl": 128, "tc": 32, "block": 64}),
+    (tc.causal_conv1d(48, 61, k=4, dtype="float32", batch=3), {"tl": 64, "tc": 16, "block": 64, "direct": True}),
+    # Note [a warp's stores along one row]: lanes along a row's chunks, the swizzled tile
+    (tc.causal_conv1d(8192, 2048, k=4, dtype="bfloat16"), {"tl": 256, "tc": 64, "block": 256, "rowfast": True}),
+    (tc.causal_conv1d(104, 131, k=4, dtype="bfloat16", bias=True), {"tl": 64, "tc": 64, "block": 64,
+                                                                    "rowfast": True}),
+    (tc.causal_conv1d(136, 77, k=7, dtype="float16"), {"tl": 128, "tc": 128, "block": 128, "rowfast": True}),
+    (tc.causal_conv1d(40, 45, k=4, dtype="float32", batch=2), {"tl": 32, "tc": 32, "block": 64, "rowfast": True}),
+]
+
+
+@pytest.mark.parametrize("case", CONV_CHUNKS, ids=lambda c: "x".join(map(str, c[0].inputs[0].spec.shape)) +
+                         "".join(f"-{k}" for k in ("direct", "rowfast") if c[1].get(k)))
+def test_conv_chunks_pass_the_verifier(case):
+    card, params = case
+    check(card, {"strategy": "chunks", "vec": 16 // (4 if card.inputs[0].spec.dtype == "float32" else 2), **params})

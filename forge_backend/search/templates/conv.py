@@ -7,7 +7,7 @@ ATen runs it with a generic depthwise kernel: 178 us per call for [1, 8192, 2048
 H200 (benchmarks/results/h200/kernels_qwen35_moe_inductor.txt), where the bytes allow 16 us. The input is often a
 transposed view ([B, L, C] in memory), so the op is a transpose as well as a convolution.
 
-Three strategies. Each computes a tile of TL positions x TC channels of one sample per block, with fp32 sums over k in
+Four strategies. Each computes a tile of TL positions x TC channels of one sample per block, with fp32 sums over k in
 ascending order, rounded once.
 - ``tile``: the block loads the input tile with its TL + K - 1 halo into shared memory with consecutive threads
   along the input's unit-stride dim (channels or positions), then computes and stores with consecutive threads
@@ -19,6 +19,9 @@ ascending order, rounded once.
   memory as channel rows, and each warp computes whole output rows of it with its channel's weights in registers,
   a lane per position, so an output costs K shared loads, K FMAs and one store. With ``lp`` 2 (Note [two positions
   per lane]) a lane computes two adjacent outputs from float2 reads and stores them as one pair.
+- ``chunks`` (channels-fast input, positions-fast output; Note [output chunks aligned per channel row]): a thread
+  takes a 16-byte vector of channels and a chunk of positions, and stores each channel's chunk as one 16-byte vector,
+  every row's chunks shifted to start on a vector boundary.
 
 On the H200 (tenth session, benchmarks/results/h200/ops.json, row ``causal_conv1d``, run F): the rows with two
 positions per lane ran 30.4 us against Inductor's 193.1 us and eager's 299.3 us, at 52% of the copy bandwidth; inside
@@ -68,6 +71,32 @@ def matches(card: OperatorCard) -> bool:
         y.shape[2] == x.shape[2] + 2 * pad[0] - w.shape[2] + 1 and min(x.stride) >= 0 and min(y.stride) >= 0
 
 
+CHUNK_KEYS = frozenset({"strategy", "tl", "tc", "block", "vec", "direct", "rowfast", "cfirst"})
+MAX_WINDOW = 24  # input vectors a chunk thread holds: 2 * vec + K - 2 (Note [output chunks aligned per channel row])
+
+
+def _chunks_rows(p: dict[str, Any], k: int) -> int:
+    """Input positions of a chunks tile: its TL, plus the shifts' vec - 1 and the K - 1 halo."""
+    return p["tl"] + p["vec"] + k - 2
+
+
+def _chunks_ok(card: OperatorCard, p: dict[str, Any], k: int) -> bool:
+    """Note [output chunks aligned per channel row]: 16-byte vectors in and out, a positions-fast output whose rows of
+    one sample all start at the same phase of a vector (one sample, or a sample stride that keeps it), a window that
+    fits in registers, and no thread without a chunk."""
+    y, vec = output_spec(card, 0), p.get("vec", 0)
+    if set(p) - CHUNK_KEYS or vec * ITEMSIZE[input_spec(card, "input").dtype] != 16 or not _positions_fast(card):
+        return False
+    if y.offset_align % 16 or (y.shape[0] > 1 and y.stride[0] % vec) or 2 * vec + k - 2 > MAX_WINDOW:
+        return False
+    if p.get("direct") not in (None, True) or p.get("rowfast") not in (None, True):
+        return False
+    if p.get("rowfast") and (p.get("direct") or p["tc"] // vec < 8 or p["tl"] // vec < 8):
+        return False  # Note [a warp's stores along one row]: the swizzle needs shared memory and 8 vectors a row
+    block = p.get("block", 0)
+    return block in (64, 128, 256, 512) and block <= (p["tl"] // vec) * (p["tc"] // vec)
+
+
 def _smem_bytes(p: dict[str, Any], k: int) -> int:
     return ((p["tl"] + k - 1) * (p["tc"] + 1) + p["tc"] * k) * 4
 
@@ -86,6 +115,9 @@ def _rows_stride(p: dict[str, Any], k: int) -> int:
 
 
 def defaults(card: OperatorCard, strategy: str = "tile") -> dict[str, Any]:
+    if strategy == "chunks":  # Notes [output chunks aligned per channel row], [a warp's stores along one row]
+        return {"strategy": "chunks", "tl": 128, "tc": 64, "block": 128,
+                "vec": 16 // ITEMSIZE[input_spec(card, "input").dtype], "rowfast": True}
     if strategy == "pairs":  # Note [two positions per lane]
         return {"strategy": "rows", "tl": 256, "tc": 16, "block": 128, "lp": 2,
                 "vec": 16 // ITEMSIZE[input_spec(card, "input").dtype]}
@@ -118,10 +150,11 @@ def root_params(card: OperatorCard) -> dict[str, Any]:
 
 
 def seeds(card: OperatorCard) -> list[dict[str, Any]]:
-    """The root, then the warp rows with a lane per position, the vector tile, a register window and the scalar tile
-    where they differ from it."""
+    """The root, then the aligned chunks, the warp rows with a lane per position, the vector tile, a register window
+    and the scalar tile where they are valid and differ from it."""
     out = [root_params(card)]
-    for p in (_widest(card, defaults(card, "rows")), _widest(card, defaults(card)),
+    for p in (defaults(card, "chunks") if valid(card, defaults(card, "chunks")) else None,
+              _widest(card, defaults(card, "rows")), _widest(card, defaults(card)),
               _widest(card, defaults(card, "window")), defaults(card)):
         if p is not None and p not in out:
             out.append(p)
@@ -138,6 +171,8 @@ def _position_tiles(card: OperatorCard, p: dict[str, Any]) -> int:
     flight]); with ``lp`` 2 the rows that start at an odd element have their tiles one position early (Note [two
     positions per lane])."""
     y = output_spec(card, 0)
+    if p.get("strategy") == "chunks":  # every shift of a row: L_out + vec - 1 positions
+        return cdiv(y.shape[2] + p["vec"] - 1, p["tl"])
     shifted = p.get("lp", 1) == 2 and (y.stride[0] % 2 or y.stride[1] % 2)
     return cdiv(cdiv(y.shape[2] + shifted, p["tl"]), p.get("steps", 1))
 
@@ -156,9 +191,9 @@ def _block(p: dict[str, Any]) -> int:
 def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     n, c, _, l_out, k, _ = _dims(card)
     tl, tc, strategy = p.get("tl", 0), p.get("tc", 0), p.get("strategy")
-    if strategy not in ("tile", "window", "rows") or tl not in (16, 32, 64, 128, 256, 512) or \
-            tc not in (8, 16, 32, 64, 128) or (tl == 512 and "lp" not in p):  # 512: pairs' rows only
-        return False
+    if strategy not in ("tile", "window", "rows", "chunks") or tl not in (16, 32, 64, 128, 256, 512) or \
+            tc not in (8, 16, 32, 64, 128) or (tl == 512 and "lp" not in p and strategy != "chunks"):
+        return False  # 512: pairs' rows and chunks only
     if "vec" in p:  # Note [vector loads of a channels-fast input]
         x, vec = input_spec(card, "input"), p["vec"]
         if vec not in (2, 4, 8) or vec * ITEMSIZE[x.dtype] > 16 or not _channels_fast(card):
@@ -172,6 +207,12 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         smem, block = _window_smem_bytes(p), _block(p)
         if block % 32 or not 64 <= block <= 1024:
             return False
+    elif strategy == "chunks":  # Note [output chunks aligned per channel row]
+        if not _chunks_ok(card, p, k):
+            return False
+        block = p.get("block", 0)
+        smem = (0 if p.get("direct") else _chunks_rows(p, k) * tc * ITEMSIZE[input_spec(card, "input").dtype]) + \
+            tc * (k + 1) * 4
     elif strategy == "rows":  # Note [a warp per output row]
         block = p.get("block", 0)
         if "vec" not in p or not _positions_fast(card) or tl % 32 or block not in (64, 128, 256, 512) or \
@@ -186,6 +227,8 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
             return False
     if ("steps" in p or "lp" in p) and strategy != "rows":
         return False
+    if ("direct" in p or "rowfast" in p) and strategy != "chunks":
+        return False
     tiles_y = _position_tiles(card, p) if p.get("cfirst") else cdiv(c, tc)
     return smem <= STATIC_SMEM_LIMIT and tiles_y <= 65535 and n <= 65535 and cdiv(l_out, tl) * cdiv(c, tc) < 2**31
 
@@ -196,10 +239,14 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
     if p["strategy"] == "window":  # the same tile and threads, computed through shared memory
         acts.append(("strategy window -> tile", {"strategy": "tile", "tl": p["tl"], "tc": p["tc"],
                                                  "block": _block(p), "vec": p["vec"], **_order(p)}))
+    elif p["strategy"] == "chunks":
+        acts += [flag_knob(p, "direct"), flag_knob(p, "rowfast")]
+        acts.append(("strategy chunks -> rows", {k: v for k, v in p.items() if k != "direct"} | {"strategy": "rows"}))
     elif p["strategy"] == "rows":
         one = {k: v for k, v in p.items() if k != "steps"}  # one step: no key
         single = {k: v for k, v in one.items() if k != "lp"}  # one position per lane: no key
         acts.append(("strategy rows -> tile", {**single, "strategy": "tile"}))
+        acts.append(("strategy rows -> chunks", {**single, "strategy": "chunks"}))
         acts.append((f"lp {p.get('lp', 1)} -> {3 - p.get('lp', 1)}", single if "lp" in p else {**one, "lp": 2}))
         steps = p.get("steps", 1)  # Note [the next tile's loads in flight]
         acts += [(f"steps {steps} -> {q}", {**single, "steps": q} if q > 1 else one) for q in (steps // 2, steps * 2)
@@ -237,6 +284,7 @@ constexpr long long XS0 = {x.stride[0]}LL, XS1 = {x.stride[1]}LL, XS2 = {x.strid
 constexpr long long YS0 = {y.stride[0]}LL, YS1 = {y.stride[1]}LL, YS2 = {y.stride[2]}LL;
 """
     kernel = _window_kernel(vec, p["r"], has_bias) if p["strategy"] == "window" else \
+        _chunks_kernel(vec, bool(p.get("direct")), bool(p.get("rowfast")), has_bias) if p["strategy"] == "chunks" else \
         _rows_pairs_kernel(vec, _rows_stride(p, k), has_bias) if p.get("lp") == 2 else \
         _rows_kernel(vec, _rows_stride(p, k), p.get("steps", 1), has_bias) if p["strategy"] == "rows" else \
         _tile_kernel(vec, has_bias)
@@ -246,8 +294,12 @@ constexpr long long YS0 = {y.stride[0]}LL, YS1 = {y.stride[1]}LL, YS2 = {y.strid
     desc = f"depthwise conv1d k={k} {p['strategy']} tl={tl} tc={tc} block={block}" + \
            (f" steps={p['steps']}" if "steps" in p else "") + (" 2 positions per lane" if "lp" in p else "") + \
            (" (input channels-fast)" if _channels_fast(card) else "") + (f" vec={vec}" if vec > 1 else "") + \
-           (f" r={p['r']}" if p["strategy"] == "window" else "") + (" channel tiles first" if p.get("cfirst") else "")
-    name = {"window": "dwconv1d_window", "rows": "dwconv1d_rows2" if "lp" in p else "dwconv1d_rows"}.get(
+           (f" r={p['r']}" if p["strategy"] == "window" else "") + \
+           (" channel tiles first" if p.get("cfirst") else "") + \
+           (" window read from global memory" if p.get("direct") else "") + \
+           (" lanes along a row" if p.get("rowfast") else "")
+    name = {"window": "dwconv1d_window", "rows": "dwconv1d_rows2" if "lp" in p else "dwconv1d_rows",
+            "chunks": "dwconv1d_chunks"}.get(
         p["strategy"], "dwconv1d")
     return make_candidate(source, [launch(name, grid, block, args)], desc, p, align_of(vec, [x]))
 
@@ -346,6 +398,101 @@ extern "C" __global__ __launch_bounds__(NT) void dwconv1d_window(PARAMS) {{
 """
 
 
+def _chunks_kernel(vec: int, direct: bool, rowfast: bool, has_bias: bool) -> str:
+    """Note [output chunks aligned per channel row]; ``rowfast``: Note [a warp's stores along one row]."""
+    window = ("const long long l = lx + j * VEC + w;\n"
+              "      if (l >= 0 && l < LIN) {\n"
+              "        win[w] = ldp<T, VEC>(xb + v * VEC + l * XS2);\n"
+              "      } else {\n"
+              "#pragma unroll\n"
+              "        for (int u = 0; u < VEC; ++u) win[w].v[u] = from_f<T>(0.f);\n"
+              "      }") if direct else \
+        "win[w] = s[j * VEC + w][SWZ(j * VEC + w, v)];"
+    staging = "" if direct else """
+  __shared__ Pack<T, VEC> s[TLI][NV];  // the tile's input positions (rows) of its channel vectors, as in memory
+  Pack<T, VEC> xv[PER];  // every load of the tile in flight before any is stored
+#pragma unroll
+  for (int t = 0; t < PER; ++t) {
+    const int e = threadIdx.x + t * NT, i = e / NV, v = e % NV;
+    const long long l = lx + i;
+    if (e < TLI * NV && c0 + v * VEC < C && l >= 0 && l < LIN) {
+      xv[t] = ldp<T, VEC>(xb + v * VEC + l * XS2);
+    } else {
+#pragma unroll
+      for (int u = 0; u < VEC; ++u) xv[t].v[u] = from_f<T>(0.f);
+    }
+  }"""
+    store = "" if direct else """
+#pragma unroll
+  for (int t = 0; t < PER; ++t) {
+    const int e = threadIdx.x + t * NT, i = e / NV;
+    if (e < TLI * NV) s[i][SWZ(i, e % NV)] = xv[t];
+  }"""
+    # the thread's tasks: a vector of channels v and a chunk j each
+    tasks = """  for (int e = threadIdx.x; e < NV * NJ; e += NT) {
+    const int j = e % NJ, v = e / NJ, cb = c0 + v * VEC;  // a warp's lanes on consecutive chunks of a row
+    if (cb >= C) break;  // C % VEC == 0: a vector is all in or all out; later tasks have larger v
+    const int lb = l0 + j * VEC;  // the chunk's first position before its row's shift
+    if (lb - (VEC - 1) >= LOUT) continue;  // no row has an output here""" if rowfast else """\
+  const int v = threadIdx.x % NV, cb = c0 + v * VEC;  // this thread's channels: the same in each of its chunks
+  if (cb >= C) return;  // C % VEC == 0: a vector is all in or all out
+  for (int j = threadIdx.x / NV; j < NJ; j += NT / NV) {
+    const int lb = l0 + j * VEC;  // the chunk's first position before its row's shift
+    if (lb - (VEC - 1) >= LOUT) break;  // no row has an output here, nor further on"""
+    swizzle = ("// Note [a warp's stores along one row]: vector v of input row i sits in column v ^ ((i / VEC) % NV),\n"
+               "// so the eight lanes of a phase, on rows VEC apart, read eight columns\n"
+               "#define SWZ(i, v) ((v) ^ (((i) / VEC) & (NV - 1)))") if rowfast else "#define SWZ(i, v) (v)"
+    return f"""
+constexpr int VEC = {vec}, NV = TC / VEC, NJ = TL / VEC, W = 2 * VEC + K - 2, TLI = TL + VEC + K - 2;
+constexpr int PER = (TLI * NV + NT - 1) / NT;
+{swizzle}
+
+// y[n, c, l] = bias[c] + sum_k w[c, 0, k] * x[n, c, l - PAD + k] (zero outside the input), fp32, k ascending.
+extern "C" __global__ __launch_bounds__(NT) void dwconv1d_chunks(PARAMS) {{
+  __shared__ float ws[TC][K + 1];  // the block's weights (and bias), read once from global memory
+  // Note [channel tiles first]
+  const int l0 = (CFIRST ? blockIdx.y : blockIdx.x) * TL, c0 = (CFIRST ? blockIdx.x : blockIdx.y) * TC;
+  const long long n = blockIdx.z;
+  const T* xb = x + n * XS0 + c0;
+  const long long lx = (long long)l0 - (VEC - 1) - PAD;  // the input position of the tile's first row{staging}
+{_block_weights(has_bias)}{store}
+  __syncthreads();
+{tasks}
+    Pack<T, VEC> win[W];  // input positions lb - (VEC - 1) - PAD ...: every shift's window
+#pragma unroll
+    for (int w = 0; w < W; ++w) {{
+      {window}
+    }}
+    TO* yb = y + n * YS0 + (long long)cb * YS1 + lb;
+#pragma unroll
+    for (int u = 0; u < VEC; ++u) {{
+      // row cb + u starts at this phase of a vector (the same in every sample and vector of channels: the Note);
+      // its chunk, shifted back by it, is one aligned vector of outputs
+      const int sh = (int)((YS1 * u) % VEC), l = lb - sh;
+      float a[VEC];
+#pragma unroll
+      for (int o = 0; o < VEC; ++o) {{
+        a[o] = ws[v * VEC + u][K];
+#pragma unroll
+        for (int q = 0; q < K; ++q) a[o] = fmaf(ws[v * VEC + u][q], to_f(win[VEC - 1 - sh + o + q].v[u]), a[o]);
+      }}
+      TO* yr = yb + u * YS1 - sh;
+      if (l >= 0 && l + VEC <= LOUT) {{
+        Pack<TO, VEC> out;
+#pragma unroll
+        for (int o = 0; o < VEC; ++o) out.v[o] = from_f<TO>(a[o]);
+        stp<TO, VEC>(yr, out);
+      }} else {{
+#pragma unroll
+        for (int o = 0; o < VEC; ++o)
+          if (l + o >= 0 && l + o < LOUT) yr[o] = from_f<TO>(a[o]);
+      }}
+    }}
+  }}
+}}
+"""
+
+
 def _rows_pairs_kernel(vec: int, rs: int, has_bias: bool) -> str:
     """Note [two positions per lane]: the warp rows with each lane on two adjacent outputs, read from shared memory
     as float2 and stored as one pair."""
@@ -418,6 +565,45 @@ extern "C" __global__ __launch_bounds__(NT) void dwconv1d_rows2(PARAMS) {{
 }}
 """
 
+
+# Note [output chunks aligned per channel row]
+# The warp rows (Notes [a warp per output row], [two positions per lane]) turn Qwen's channels-fast input around in
+# shared memory as fp32 channel rows: every input element costs a conversion and a scalar store there, and every
+# output pair a 4-byte store, about 13 instructions an output in all. In ``chunks`` a thread owns ``vec`` channels
+# (one 16-byte vector of the input as it lies in memory) and one chunk of ``vec`` output positions, and stores each of
+# its channels' chunk as one 16-byte vector: the turn-around happens in registers, where a conversion to fp32 is one
+# instruction and the pack back is the paired conversion (F2FP). A stored vector must start on a multiple of ``vec``
+# elements, and Qwen's output rows are 2051 long, so row c starts at phase (c * 2051) % vec of a vector. Each row's
+# chunks are shifted back by that phase: chunk j of row c covers outputs j * vec - phase ... , one aligned vector.
+# The phase of channel u of a vector is (u * YS1) % vec (the vector's first channel is a multiple of vec, and the
+# sample stride is a multiple of vec or there is one sample: ``_chunks_ok``), a constant after unrolling, so the
+# thread holds the input positions that any phase needs, 2 * vec + K - 2 vectors (18 for bf16 and K = 4), and each
+# channel picks its K + vec - 1 of them by constant indices. The grid covers L_out + vec - 1 positions; a chunk that
+# lies partly outside its row stores element by element. The tile's input goes through shared memory as it lies in
+# memory (16-byte loads and stores, rows of TC channels: the eight lanes of a phase of a 16-byte shared load read
+# one row, conflict-free), or with ``direct`` each thread reads its window from global memory (neighbours' windows
+# overlap, so most of it comes from L1). About 7 instructions an output (256 FMAs, 88 unpacks, 32 packs, 18 shared
+# loads and 8 stores per 64 outputs in the SASS), 80 registers with shared memory, 112 direct.
+# Measured on the H200 (seventeenth session, Qwen's [1, 8192, 2048] bf16, probe_session17_conv_chunks.json, one run,
+# the root 29.4 us): with a warp's lanes on 4-8 vectors of channels it lost everywhere, 30.9 us at best (direct, 512
+# positions x 32 channels), 32.7 us through shared memory, 44-54 us at 128 channels. Nsight Compute
+# (ncu/conv_chunks_direct.txt, ncu/conv_chunks_smem.txt): DRAM 32-35% busy, L2 72-75%, 20-37% of the warps resident.
+# Lanes along a row (Note [a warp's stores along one row]) made it a tie with the root. For the ceiling: Inductor
+# transposes the same [2048, 8192] bf16 in 19.5 us, 80.7% of the copy bandwidth, against a plain copy's 18.4 us
+# (probe_session17_transpose.json), so the layout itself allows about 20 us and the conv is not there yet.
+
+# Note [a warp's stores along one row]
+# With ``rowfast`` the tasks of a block run chunk-fastest: the lanes of a warp take consecutive chunks of one vector of
+# channels, so each 16-byte store of a warp covers 256-512 contiguous bytes of one output row, where the channel-fast
+# order covered 64-128 bytes of 4-8 rows. Its window comes from the shared tile, where eight lanes of a phase now read
+# rows VEC apart in one column: a tile of rows of 128 bytes (tc 64 at bf16) would put all eight in one bank group, so
+# vector v of row i sits in column v ^ ((i / VEC) % NV) (needs NV >= 8 vectors a row, and 8 chunks a row for the
+# phase). Measured on the H200 (seventeenth session, probe_session17_conv_rowfast.json and
+# probe_session17_conv_rowfast_more.json, each line one run): 256 positions x 64 channels 30.4 us against 36.7 us
+# channel-fast, 128 x 64 with 128 threads 29.3 and 29.7 us against 35.3 us, the root in the same runs 29.4 and 29.2 us;
+# 64 x 64 30.6 us, 128 x 128 32.1-33.2 us, channel tiles first 30.1 us. Nsight Compute on 128 x 64
+# (ncu/conv_chunks_rowfast.txt): 27.6 us, DRAM 35% busy, L2 75%, issue slots 41% busy, 0.9 eligible warps per
+# scheduler. It is the chunks' seed; the root stays the rows in pairs.
 
 # Note [two positions per lane]
 # The warp rows (Note [a warp per output row]) spend about 13 instructions per output: K shared loads, K FMAs, a
