@@ -172,9 +172,11 @@ def compiler(opts: dict, mode: str | None):
 def gate_rows(reports) -> list[dict]:
     """The reports' gate decisions as small dicts: floats rounded, identical decisions (one signature in repeated
     blocks) once, with how many ``nodes`` they were made for."""
-    counts = Counter(d for r in reports for d in r.gate)
-    return [{k: round(v, 2) if isinstance(v, float) else v for k, v in dataclasses.asdict(d).items()} | {"nodes": n}
-            for d, n in counts.items()]
+    rows = []
+    for d, n in Counter(d for r in reports for d in r.gate).items():
+        row = {**dataclasses.asdict(d), "total_us": d.total_us, "replaced": d.replaced, "nodes": n}
+        rows.append({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()})
+    return rows
 
 
 def _stepped(fn, mode: str | None):

@@ -140,8 +140,14 @@ class GateDecision:
     fused_us: float  # those bytes at the kernel's own rate
     host_us: float
     margin: float
-    total_us: float  # kforge_us * (1 + margin) + fused_us + host_us
-    replaced: bool  # total_us < inductor_us
+
+    @property
+    def total_us(self) -> float:
+        return self.kforge_us * (1.0 + self.margin) + self.fused_us + self.host_us
+
+    @property
+    def replaced(self) -> bool:
+        return self.total_us < self.inductor_us
 
     def reason(self) -> str:
         return (f"{self.kforge_us:.1f} us x{1.0 + self.margin:.2f} + {self.fused_us:.1f} us fused traffic "
@@ -156,10 +162,8 @@ def decide(op: str, key: str, kforge_us: float, inductor_us: float, op_bytes: in
            host_us: float = HOST_COST_US) -> GateDecision:
     """Note [what replacing a node costs inside Inductor]: the kernel's costs against Inductor's time, fused bytes
     charged at the kernel's own rate (its time over the ``op_bytes`` it moves)."""
-    fused_us = fused_bytes * (kforge_us / max(op_bytes, 1))
-    total = kforge_us * (1.0 + margin) + fused_us + host_us
-    return GateDecision(op, key, kforge_us, inductor_us, fused_bytes, fused_us, host_us, margin, total,
-                        total < inductor_us)
+    return GateDecision(op, key, kforge_us, inductor_us, fused_bytes, fused_bytes * (kforge_us / max(op_bytes, 1)),
+                        host_us, margin)
 
 
 def replaces(kforge_us: float, inductor_us: float, op_bytes: int, fused_bytes: int, margin: float,

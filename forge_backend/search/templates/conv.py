@@ -153,8 +153,8 @@ def seeds(card: OperatorCard) -> list[dict[str, Any]]:
     """The root, then the aligned chunks, the warp rows with a lane per position, the vector tile, a register window
     and the scalar tile where they are valid and differ from it."""
     out = [root_params(card)]
-    for p in (defaults(card, "chunks") if valid(card, defaults(card, "chunks")) else None,
-              _widest(card, defaults(card, "rows")), _widest(card, defaults(card)),
+    chunks = defaults(card, "chunks")
+    for p in (chunks if valid(card, chunks) else None, _widest(card, defaults(card, "rows")), _widest(card, defaults(card)),
               _widest(card, defaults(card, "window")), defaults(card)):
         if p is not None and p not in out:
             out.append(p)
@@ -299,8 +299,7 @@ constexpr long long YS0 = {y.stride[0]}LL, YS1 = {y.stride[1]}LL, YS2 = {y.strid
            (" window read from global memory" if p.get("direct") else "") + \
            (" lanes along a row" if p.get("rowfast") else "")
     name = {"window": "dwconv1d_window", "rows": "dwconv1d_rows2" if "lp" in p else "dwconv1d_rows",
-            "chunks": "dwconv1d_chunks"}.get(
-        p["strategy"], "dwconv1d")
+            "chunks": "dwconv1d_chunks"}.get(p["strategy"], "dwconv1d")
     return make_candidate(source, [launch(name, grid, block, args)], desc, p, align_of(vec, [x]))
 
 

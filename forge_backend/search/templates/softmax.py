@@ -250,7 +250,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     if s == "relay":  # Note [rows relayed through global memory]: rows of >= 64 KB of the input as it is in memory
         risz = _relay_isz(card)
         return cols * risz >= 64 * 1024 and _relay_layout_ok(card, vec) and \
-            relay_valid({k: v for k, v in p.items() if k != "once"}, rows, cols, risz)
+            relay_valid(_relay_knobs(p), rows, cols, risz)
     if s not in STRATEGIES or not _vec_ok(card, vec) or block % 32 or not 32 <= block <= 1024:
         return False
     if "order" in p and not (p["order"] == "bcast" and s in ("group", "block") and _order(card) is not None):
@@ -330,9 +330,14 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
         acts.append(knob(p, "stream", not p.get("stream", False)))
     if p["strategy"] == "relay":
         once = {"once": True} if p.get("once") else {}  # the softmax's own knob rides along
-        acts += [(label, {**q, **once}) for label, q in relay_actions({k: v for k, v in p.items() if k != "once"})]
+        acts += [(label, {**q, **once}) for label, q in relay_actions(_relay_knobs(p))]
         acts.append(flag_knob(p, "once"))
     return filter_actions(card, p, acts, valid)
+
+
+def _relay_knobs(p: dict[str, Any]) -> dict[str, Any]:
+    """``p`` without the softmax's own relay knob ``once``: what relay.py's validity and actions read."""
+    return {k: v for k, v in p.items() if k != "once"}
 
 
 def _once_ok(card: OperatorCard) -> bool:
