@@ -54,8 +54,9 @@ def _fmt(v: Any) -> str:
 def name_matches(name: str, patterns: Sequence[str]) -> bool:
     """``name`` contains one of ``patterns`` (every name matches when there are none). Each pattern is matched whole:
     row and case names hold commas ("softmax [64, 262144]", "[64,262144]"), and a pattern split on them matched
-    unrelated names."""
-    return not patterns or any(pat in name for pat in patterns)
+    unrelated names. A pattern that starts with ``=`` names one exactly ("=softmax [64,262144] bf16" leaves out the
+    soft-capped and narrow cases whose names contain it)."""
+    return not patterns or any(name == pat[1:] if pat.startswith("=") else pat in name for pat in patterns)
 
 
 def log(msg: str) -> None:

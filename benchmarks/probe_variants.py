@@ -222,7 +222,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", action="append", default=[], metavar="SUBSTRING",
                     help="only cases whose name contains this (repeat for several; case names hold commas, so a "
-                         "value is never split: --only \"softmax [64,262144] fp32\")")
+                         "value is never split: --only \"softmax [64,262144] fp32\"; a leading = names one case exactly: "
+                         "--only \"=softmax [64,262144] bf16\")")
     ap.add_argument("--strategy", default="", help="only variants of these strategies (comma separated; `keep`: "
                                                     "the chunks kept in part, `tma`: filled by the copy engine, "
                                                     "`fit`: row norm blocks that fit the row, `lp`: conv rows with two "

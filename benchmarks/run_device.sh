@@ -17,6 +17,7 @@
 #           work only (tests, ops, probe): host-bound model timings want the host to themselves (models-split).
 #   overhead benchmarks/bench_overhead.py -> overhead.json/.md
 #   probe   benchmarks/probe_variants.py  -> probe.json (template variants timed without a search)
+#   trace   benchmarks/trace_relay.py --case CASE [--params k=v,...] -> trace.json, trace.log (a relay's timeline)
 #   ncu     CASE [k=v,k=v]: Nsight Compute on one probe variant (benchmarks/profile_variant.py) -> ncu_<case>.txt
 #           (sections), .sass.csv (stall samples per SASS instruction), .ncu-rep
 # Extra arguments go to the benchmark; T=SECONDS bounds the stage (default 540) so stages can share one call. Results and logs are written under $OUT, which the device tool brings back;
@@ -95,6 +96,8 @@ case "$what" in
             grep -aE "^[a-z0-9_]+(::[a-z0-9_]+)?: " "$OUT/models.log" | cut -c1-700 ;;
   probe)    timeout ${T:-300} python3 benchmarks/probe_variants.py --out "$OUT" "$@" > "$OUT/probe.log" 2>&1
             tail -c 6000 "$OUT/probe.log" ;;
+  trace)    timeout ${T:-200} python3 benchmarks/trace_relay.py --out "$OUT" "$@" > "$OUT/trace.log" 2>&1
+            tail -c 6000 "$OUT/trace.log" ;;
   ncu)      # ncu CASE [k=v,k=v]: Nsight Compute's full set of sections on one variant of a probe case (the root by
             # default) -> $OUT/ncu_<case>.txt; the clocks are left alone, as METHOD.md asks
             [ $# -ge 1 ] || { echo 'ncu needs a probe case (and optionally k=v,k=v parameters)'; exit 2; }
@@ -113,6 +116,6 @@ case "$what" in
   overhead) timeout 120 python3 benchmarks/bench_overhead.py > "$OUT/overhead.log" 2>&1; cat "$OUT/overhead.log"
             cp benchmarks/results/h200/overhead.* "$OUT"/ ;;
   *) echo "usage: bash benchmarks/run_device.sh" \
-       "setup|tests|ops|models|models-split|models-quiet|session|pair|probe|ncu|overhead [args]"
+       "setup|tests|ops|models|models-split|models-quiet|session|pair|probe|trace|ncu|overhead [args]"
      exit 2 ;;
 esac

@@ -23,6 +23,14 @@ def test_a_case_pattern_with_commas_is_matched_whole() -> None:
     assert all(harness.name_matches(n, []) for n in names)
 
 
+def test_a_case_pattern_with_an_equals_sign_names_one_case_exactly() -> None:
+    names = [name for name, _, _ in probe_variants.cases()]
+    loose = [n for n in names if harness.name_matches(n, ["softmax [64,262144] bf16"])]
+    assert len(loose) > 1 and "softcap softmax [64,262144] bf16" in loose
+    assert [n for n in names if harness.name_matches(n, ["=softmax [64,262144] bf16"])] == ["softmax [64,262144] bf16"]
+    assert not [n for n in names if harness.name_matches(n, ["=softmax [64,262144]"])]
+
+
 def test_variant_parameters_read_as_json_or_key_value() -> None:
     parse = probe_variants.parse_params
     assert parse("strategy=rows,tl=128,vec=8,cfirst=true,stream=false") == \

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from forge_backend.search.templates.relay import progress_ok
+from forge_backend.search.templates.relay import progress_ok, writers_progress_ok
 
 
 class PhaseMisread(AssertionError):
@@ -54,11 +54,11 @@ class Scratch:
     count: int = 0
 
 
-def simulate(rows: int, ppr: int, blocks: int, k: int, lag: int, nc: int, seed: int, launches: int = 1,
+def simulate(rows: int, ppr: int, blocks: int, k: int, lag: int | None, nc: int, seed: int, launches: int = 1,
              advance: bool = True) -> str:
     """Run ``launches`` launches one after another (stream order) on one kept scratch: ``done``, ``deadlock``,
     ``misread`` or ``stale`` (a resolver took a word of an earlier launch). ``advance=False`` is a kernel whose epoch
-    never moves."""
+    never moves. ``lag=None``: writer warps of their own (Note [writers of their own])."""
     scratch = Scratch({g: (0, -1) for g in range(rows * ppr)})
     for launch in range(launches):
         result = _one_launch(rows, ppr, blocks, k, lag, nc, random.Random(seed * 1000 + launch), scratch, launch,
@@ -68,7 +68,8 @@ def simulate(rows: int, ppr: int, blocks: int, k: int, lag: int, nc: int, seed: 
     return "done"
 
 
-def _one_launch(rows: int, ppr: int, blocks: int, k: int, lag: int, nc: int, rng: random.Random, scratch: Scratch,
+def _one_launch(rows: int, ppr: int, blocks: int, k: int, lag: int | None, nc: int, rng: random.Random,
+                scratch: Scratch,
                 launch: int, advance: bool) -> str:
     total = rows * ppr
     agents = []
@@ -78,7 +79,8 @@ def _one_launch(rows: int, ppr: int, blocks: int, k: int, lag: int, nc: int, rng
         for t in range(min(k, n)):  # the loader's first K bulk copies
             blk.bar("full", t).done += 1
         users = blocks * (nc + 1)  # publishers and resolvers of the grid: each reads the epoch once
-        agents += [loader(blk), consumers(blk, lag), publisher(blk, blocks, scratch, launch, users, advance)]
+        agents += [loader(blk), publisher(blk, blocks, scratch, launch, users, advance)]
+        agents += [consumers(blk, lag)] if lag is not None else [reducers(blk), writers(blk)]
         agents += [resolver(blk, c, nc, blocks, ppr, scratch, launch, users, advance) for c in range(nc)]
     live = [iter(a) for a in agents]
     while live:
@@ -127,19 +129,33 @@ def loader(blk: Block):
         yield True
 
 
+def _step(blk: Block, wait: str, signal: str, t: int):
+    """One warp's step on piece ``t``: wait until its ``wait`` barrier completes the piece's phase, then arrive on its
+    ``signal`` barrier."""
+    while not blk.bar(wait, t).ready(t // blk.k):
+        yield False
+    blk.bar(signal, t).done += 1
+    yield True
+
+
 def consumers(blk: Block, lag: int):
     for t in range(blk.pieces + lag):
         if t < blk.pieces:
-            while not blk.bar("full", t).ready(t // blk.k):
-                yield False
-            blk.bar("reduced", t).done += 1
-            yield True
+            yield from _step(blk, "full", "reduced", t)
         if t >= lag:
-            u = t - lag
-            while not blk.bar("ready", u).ready(u // blk.k):
-                yield False
-            blk.bar("empty", u).done += 1
-            yield True
+            yield from _step(blk, "ready", "empty", t - lag)
+
+
+def reducers(blk: Block):
+    """Knob ``writers``: the consumers reduce each piece as it arrives and never wait for a row."""
+    for t in range(blk.pieces):
+        yield from _step(blk, "full", "reduced", t)
+
+
+def writers(blk: Block):
+    """... and the writer warps write each piece once its row is resolved, then free its slot."""
+    for u in range(blk.pieces):
+        yield from _step(blk, "ready", "empty", u)
 
 
 def publisher(blk: Block, blocks: int, scratch: Scratch, launch: int, users: int, advance: bool):
@@ -220,3 +236,24 @@ def test_an_epoch_that_never_moves_lets_a_resolver_take_the_last_launchs_words()
     finds its row complete before this launch's publishers have written it."""
     assert "stale" in {simulate(3, 4, 3, 4, 1, 2, seed, launches=2, advance=False) for seed in range(20)}
     assert {simulate(3, 4, 3, 4, 1, 2, seed, launches=2) for seed in range(20)} == {"done"}
+
+
+def test_every_setting_the_writers_rule_allows_runs_to_the_end() -> None:
+    """Writers of their own (Note [writers of their own]): no lag, slots that hold a block's pieces of one row."""
+    checked = 0
+    for blocks, rows, ppr, k, nc in itertools.product((3, 5), (1, 3), range(1, 12), range(2, 7), (1, 2, 3, 4)):
+        if writers_progress_ok(ppr, blocks, k, nc):
+            checked += 1
+            for seed in range(2):
+                assert simulate(rows, ppr, blocks, k, None, nc, seed) == "done", (blocks, rows, ppr, k, nc, seed)
+            assert simulate(rows, ppr, blocks, k, None, nc, 7, launches=3) == "done"
+    assert checked > 100
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_writers_with_fewer_slots_than_a_blocks_pieces_of_one_row_deadlock(seed: int) -> None:
+    """11 pieces a row over 3 blocks (up to 4 of a row in one block): with 3 slots the reducers wait for the fourth
+    piece's load, which waits for the first piece's slot, which waits for the row."""
+    assert not writers_progress_ok(11, 3, 3, 1) and writers_progress_ok(11, 3, 5, 1)
+    assert simulate(2, 11, 3, 3, None, 1, seed) == "deadlock"
+    assert simulate(2, 11, 3, 5, None, 1, seed) == "done"

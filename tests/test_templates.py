@@ -446,7 +446,18 @@ def test_relay_group_norm_takes_groups_as_rows() -> None:
     card = tc.group_norm(1, 512, 256, 256, dtype="bfloat16")  # 32 groups of 2 MB, every output used
     p = gn.defaults(card, "relay")
     assert p == {"strategy": "relay", "vec": 8, "pe": 16384, "nw": 16, "nc": 1, "k": 6, "lag": 3}
-    assert gn.valid(card, p) and gn.root_params(card) == p
+    # the root has writers of their own (Note [writers of their own]): half the consumer warps write, no lag, seven
+    # slots (the most that fit); the relay without them is the next seed, and one action away
+    root = gn.root_params(card)
+    assert root == {**{key: v for key, v in p.items() if key != "lag"}, "nw": 8, "k": 7, "writers": True}
+    assert gn.valid(card, p) and gn.valid(card, root) and gn.seeds(card)[1] == p
+    assert not gn.valid(card, {**root, "k": 8})  # eight 32 KB slots do not fit
+    # nor do seven beside sixteen consumer warps' partials, so from the root the action back is not offered (the
+    # joint relay is a seed instead); from six slots it is
+    assert "writers True -> False" not in dict(gn.actions(card, root))
+    assert dict(gn.actions(card, {**root, "k": 6}))["writers True -> False"] == {**p, "lag": 4}
+    (w,), _ = resolve_plan(gn.generate(card, root), card.sizes, card.floats)
+    assert w.block == (19 * 32, 1, 1)  # 8 reducers, 1 resolver, the loader, the publisher, 8 writers
     # Note [relay pieces of 48 KB: an action, not the root]: pieces 1.5 times larger in the same slot bytes are one
     # action away, and the action back gives 32 KB pieces in 6 slots again; 1.5 times the consumer warps too
     wide = dict(gn.actions(card, p))["pieces 16384 -> 24576 in 4 slots"]
@@ -776,8 +787,10 @@ def test_two_seeds_of_one_strategy_both_reach_the_search() -> None:
         got.append(p)
     assert [p.params for p in got] == seeds
     assert len(set(siblings)) == len(siblings)
-    assert "keep" in got[1].params and got[1].action == "template strategy cluster"  # right after the root
-    plain = next(p for p in got[2:] if p.params.get("strategy") == "cluster")
+    # right after the root (a relay with writers of their own) the relay without them, then the kept cluster
+    assert got[1].action == "template strategy relay (k=6 lag=3 nw=16 writers=None)" and "writers" not in got[1].params
+    assert "keep" in got[2].params and got[2].action == "template strategy cluster"
+    plain = next(p for p in got[3:] if p.params.get("strategy") == "cluster")
     assert plain.action.startswith("template strategy cluster (") and "cache=reg" in plain.action
 
 

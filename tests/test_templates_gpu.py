@@ -235,6 +235,54 @@ def test_relay_passes_the_verifier(case):
     check(card, {**fam.defaults(card, "relay"), **knobs})
 
 
+# Note [writers of their own]: writer warps beside reducers (no lag) over short last pieces, log_softmax, fp16 and bf16,
+# more pieces a row than blocks (538: five of one row in a block's slots at once), one writer warp, group norms with
+# mean and rstd stored and without affine, the weights loaded by the writers, a prologue evaluated once into its slot
+# (the reducers' stores fenced before the writers read them); Note [a row's last piece before the next row's first]:
+# the loader holding a row's first piece, with one and many pieces of a row in a block
+RELAY_WRITERS = [
+    (tc.softmax((3, 70000), "float32", log=True), {"pe": 8192, "nw": 8, "nc": 1, "k": 6, "writers": True}),
+    (tc.softmax((5, 33000), "bfloat16"), {"pe": 4096, "nw": 4, "nc": 2, "k": 4, "writers": True}),
+    (tc.softmax((7, 65536), "float16"), {"pe": 512, "nw": 1, "nc": 3, "k": 3, "writers": True}),
+    (tc.softmax((2, 1100000), "float32"), {"pe": 2048, "nw": 8, "nc": 1, "k": 7, "writers": True}),
+    (tc.softmax((64, 262144), "bfloat16"), {"pe": 16384, "nw": 8, "nc": 1, "k": 6, "writers": True}),
+    (tc.group_norm(1, 64, 200, 200, groups=8, dtype="float32"), {"pe": 8192, "nw": 8, "nc": 1, "k": 6,
+                                                                  "writers": True}),
+    (tc.group_norm(1, 64, 200, 200, groups=8, dtype="float32"), {"pe": 8192, "nw": 2, "nc": 1, "k": 6,
+                                                                  "writers": True}),
+    (tc.group_norm(1, 32, 136, 136, groups=4, dtype="float16", affine=False), {"pe": 4096, "nw": 2, "nc": 1, "k": 5,
+                                                                               "writers": True}),
+    (tc.group_norm(1, 512, 256, 256, dtype="bfloat16", used=(0,)), {"pe": 16384, "nw": 8, "nc": 1, "k": 6,
+                                                                    "writers": True}),
+    # seven slots, the group norms' root (group_norm.own_writers), at odd sizes in both widths
+    (tc.group_norm(1, 64, 200, 200, groups=8, dtype="bfloat16"), {"pe": 16384, "nw": 8, "nc": 1, "k": 7,
+                                                                   "writers": True}),
+    (tc.group_norm(2, 32, 300, 300, groups=4, dtype="float32"), {"pe": 8192, "nw": 8, "nc": 1, "k": 7,
+                                                                  "writers": True}),
+    (tc.softmax_fused(SOFTCAP, [((3, 70000), "bfloat16")]),
+     {"pe": 8192, "nw": 8, "nc": 1, "k": 6, "once": True, "writers": True}),
+    (tc.softmax_fused(SOFTCAP, [((1, 64, 262144), "bfloat16")]),
+     {"pe": 16384, "nw": 8, "nc": 1, "k": 6, "once": True, "writers": True}),
+    (tc.softmax_fused("mul(x0,0.125)", [((5, 40000), "float16")]), {"pe": 4096, "nw": 4, "nc": 2, "k": 4,
+                                                                    "writers": True}),
+    (tc.softmax((2, 1100000), "float32"), {"pe": 2048, "nw": 16, "nc": 1, "k": 7, "lag": 4, "hold": True}),
+    (tc.softmax((7, 65536), "float16"), {"pe": 512, "nw": 2, "nc": 3, "k": 3, "lag": 1, "hold": True}),
+    (tc.group_norm(1, 64, 200, 200, groups=8, dtype="float32"), {"pe": 8192, "nw": 16, "nc": 1, "k": 6, "lag": 3,
+                                                                  "hold": True}),
+    (tc.softmax_fused(SOFTCAP, [((1, 64, 262144), "bfloat16")]),
+     {"pe": 16384, "nw": 16, "nc": 1, "k": 6, "lag": 3, "once": True, "hold": True}),
+]
+
+
+@pytest.mark.parametrize("case", RELAY_WRITERS, ids=lambda c: f"{c[0].op.removeprefix('aten.')}-" +
+                         "x".join(map(str, c[0].inputs[0].spec.shape)) + f"-{c[0].inputs[0].spec.dtype}-nw{c[1]['nw']}"
+                         + "".join(f"-{key}" for key in ("writers", "hold", "once") if key in c[1]))
+def test_relay_with_writers_or_hold_passes_the_verifier(case):
+    card, knobs = case
+    base = {key: v for key, v in family_for(card).defaults(card, "relay").items() if key != "lag"}
+    check(card, {**base, **knobs})
+
+
 def test_relay_is_captured_and_replayed_by_a_cuda_graph():
     """A relay kernel's cooperative launch, with its zeroed scratch, is captured by a CUDA graph (as Inductor's
     cudagraph trees would) and gives the right answer when replayed on new data."""
@@ -260,13 +308,15 @@ def test_relay_is_captured_and_replayed_by_a_cuda_graph():
         torch.testing.assert_close(out, torch.softmax(x, -1), rtol=1e-3, atol=1e-9)
 
 
-@pytest.mark.parametrize("case", [RELAY[1], RELAY[13], RELAY[-1]], ids=["softmax", "group_norm", "fused"])
+@pytest.mark.parametrize("case", [RELAY[1], RELAY[13], RELAY[-1], RELAY_WRITERS[10]],
+                         ids=["softmax", "group_norm", "fused", "group_norm_writers"])
 def test_relay_launches_in_a_row_share_one_kept_scratch(case):
     """Note [rows relayed through global memory], marks: launches one after another on one launcher reuse its
     scratch without a fill; each is right on new data, and each advances the epoch once and rearms the count."""
     card, knobs = case
     fam = family_for(card)
-    cand = fam.generate(card, {**fam.defaults(card, "relay"), **knobs})
+    base = {key: v for key, v in fam.defaults(card, "relay").items() if key != "lag" or "writers" not in knobs}
+    cand = fam.generate(card, {**base, **knobs})
     run = Launcher(card, cand, compile_candidate(cand, card.arch).cubin, DEV)
     assert run.kept_scratch() == {}
     sig = card.signature_obj()

@@ -88,14 +88,16 @@ def _strategy(p: dict[str, Any]) -> str:
 
 def seed_labels(seeds: list[dict[str, Any]], root: bool = True) -> list[str]:
     """One distinct label per seed: ``root`` (when ``root``), then ``strategy NAME``; a seed whose strategy an earlier
-    seed already has (the group norm's kept-in-part cluster beside its plain cluster) also names the knobs it sets
-    differently from that one (``keep=None`` where it leaves out one that one sets). The search skips an action its
+    seed or the root already has (the group norm's kept-in-part cluster beside its plain cluster, its relay without
+    writers of their own beside the root with them) also names the knobs it sets differently from that one
+    (``keep=None`` where it leaves out one that one sets). The search skips an action its
     parent's children already took, so two seeds under one label would lose the second."""
     out: list[str] = []
     first: dict[str, dict[str, Any]] = {}
     for i, p in enumerate(seeds):
         if root and i == 0:
             out.append("root")
+            first[_strategy(p)] = p
             continue
         name = _strategy(p)
         if name in first:

@@ -81,7 +81,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...contract import Launch
-from .common import SMEM_ADDR, SMEM_LIMIT, SMS, cdiv, knob, launch, scale_knob
+from .common import SMEM_ADDR, SMEM_LIMIT, SMS, cdiv, flag_knob, knob, launch, scale_knob
 
 RELAY_HELPERS = SMEM_ADDR + r"""
 __device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count) {
@@ -137,6 +137,13 @@ __device__ __forceinline__ unsigned relay_mark(unsigned* ctl, unsigned* fin, uns
   }
   return (__shfl_sync(0xffffffffu, e, 0) & 1u) ^ 1u;
 }
+// Note [a relay's timeline]: KF_TRACE(cond, event, piece) marks the pipeline's steps and KF_TRACE_BLOCK(cond, event)
+// a block's start and its consumers' end; benchmarks/trace_relay.py defines them to stamp the global timer, and
+// everywhere else they are nothing.
+#ifndef KF_TRACE
+#define KF_TRACE(cond, e, t)
+#define KF_TRACE_BLOCK(cond, e)
+#endif
 """
 
 RELAY_KEYS = ("pe", "nw", "nc", "k", "lag")
@@ -165,18 +172,25 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     warp, the slots within shared memory, a lag that leaves loads in flight and covers a block's other pieces of the
     same row (Note [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads
     them all)."""
-    if set(p) - {"strategy", "vec", *RELAY_KEYS}:
+    if set(p) - {"strategy", "vec", "hold", "writers", *RELAY_KEYS}:
         return False  # another strategy's knob (keep, tma, ...): nothing here reads it
-    pe, nw, nc, k, lag, vec = (p.get(key) for key in RELAY_KEYS + ("vec",))
+    if p.get("hold", True) is not True or p.get("writers", True) is not True:
+        return False  # flags (Notes [a row's last piece before the next row's first], [writers of their own]):
+        # present (True) or absent
+    own = "writers" in p
+    if own and "lag" in p:
+        return False  # the writers wait for nothing but their piece's statistic: no lag
+    pe, nw, nc, k, vec = (p.get(key) for key in ("pe", "nw", "nc", "k", "vec"))
+    lag = 0 if own else p.get("lag")
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (pe, nw, nc, k, lag, vec)):
         return False
     if vec * isz != 16 or cols % vec or pe % (32 * vec * max(nw, 1)) or not 1024 <= pe * isz <= 128 * 1024:
         return False
-    if not (1 <= nw and 1 <= nc <= 4 and nw + nc + 2 <= 32 and 1 <= lag and k <= 16):
+    if not (1 <= nw and 1 <= nc <= 4 and relay_threads(p) <= 1024 and (own or 1 <= lag) and k <= 16):
         return False
     ppr = cdiv(cols, pe)
-    return (relay_smem(p, isz, vbytes) <= SMEM_LIMIT - 1024 and ppr <= 1024 and progress_ok(ppr, SMS, k, lag, nc)
-            and rows * ppr < 2**40)
+    progress = writers_progress_ok(ppr, SMS, k, nc) if own else progress_ok(ppr, SMS, k, lag, nc)
+    return relay_smem(p, isz, vbytes) <= SMEM_LIMIT - 1024 and ppr <= 1024 and progress and rows * ppr < 2**40
 
 
 def progress_ok(ppr: int, blocks: int, k: int, lag: int, nc: int) -> bool:
@@ -185,6 +199,12 @@ def progress_ok(ppr: int, blocks: int, k: int, lag: int, nc: int) -> bool:
     before they wait for its first (lag >= ceil(ppr / blocks) - 1), and no resolver's first piece is a slot's second
     use (nc <= k). tests/test_relay_protocol.py checks it against a model of the kernel's warps."""
     return k >= lag + 2 and lag >= cdiv(ppr, blocks) - 1 and nc <= k
+
+
+def writers_progress_ok(ppr: int, blocks: int, k: int, nc: int) -> bool:
+    """The same with writers of their own (Note [writers of their own]): the reducers wait only for their slots, so
+    a block's slots must hold every piece it has of one row (k >= ceil(ppr / blocks)), and one more that loads."""
+    return k >= cdiv(ppr, blocks) + 1 and nc <= k
 
 
 # Note [relay pieces of 48 KB: an action, not the root]
@@ -204,7 +224,17 @@ def relay_resized(p: dict[str, Any], num: int, den: int) -> dict[str, Any]:
     root])."""
     pe = p["pe"] * num // den
     k = max(3, p["k"] * p["pe"] // pe)
-    return {**p, "pe": pe, "k": k, "lag": max(1, min(p["lag"], k - 2))}
+    return {**p, "pe": pe, "k": k} | ({"lag": max(1, min(p["lag"], k - 2))} if "lag" in p else {})
+
+
+def relay_writers(p: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Writers of their own on or off (Note [writers of their own]): with them the lag goes, and half the consumer
+    warps become writers; without them the lag leaves two slots loading."""
+    if "writers" in p:
+        q = {key: v for key, v in p.items() if key != "writers"}
+        return "writers True -> False", {**q, "nw": p["nw"] * 2, "lag": max(1, p["k"] - 2)}
+    q = {key: v for key, v in p.items() if key != "lag"}
+    return "writers False -> True", {**q, "writers": True, "nw": max(1, p["nw"] // 2)}
 
 
 def relay_actions(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -214,14 +244,16 @@ def relay_actions(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     acts = scale_knob(p, "pe") + scale_knob(p, "nw") + scale_knob(p, "nc") + scale_knob(p, "k") + scale_knob(p, "lag")
     acts += [(f"pieces {p['pe']} -> {q['pe']} in {q['k']} slots", q)
              for q in (relay_resized(p, 3, 2), relay_resized(p, 2, 3))]
-    acts += [knob(p, "nw", p["nw"] * 3 // 2), knob(p, "nw", p["nw"] * 2 // 3)]
-    return acts + [knob(p, "lag", p["lag"] + 1), knob(p, "lag", p["lag"] - 1), knob(p, "k", p["k"] + 1),
-                   knob(p, "k", p["k"] - 1)]
+    acts += [knob(p, "nw", p["nw"] * 3 // 2), knob(p, "nw", p["nw"] * 2 // 3), flag_knob(p, "hold"), relay_writers(p)]
+    if "lag" in p:
+        acts += [knob(p, "lag", p["lag"] + 1), knob(p, "lag", p["lag"] - 1)]
+    return acts + [knob(p, "k", p["k"] + 1), knob(p, "k", p["k"] - 1)]
 
 
 def relay_threads(p: dict[str, Any]) -> int:
-    """Threads of a relay block: NW consumer warps, NC resolvers, the loader and the publisher."""
-    return 32 * (p["nw"] + p["nc"] + 2)
+    """Threads of a relay block: NW consumer warps, NC resolvers, the loader and the publisher, and with knob
+    ``writers`` NW writer warps (Note [writers of their own])."""
+    return 32 * (p["nw"] * (2 if "writers" in p else 1) + p["nc"] + 2)
 
 
 def relay_launch(kernel: str, p: dict[str, Any], args: list[str], isz: int, vbytes: int = 8) -> Launch:
@@ -233,7 +265,7 @@ def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int
     pe = p["pe"]
     return {"PE": pe, "PPR": cdiv(cols, pe), "NPL": pe // (32 * p["vec"] * p["nw"]), "NW": p["nw"],
             "NC": p["nc"], "NT": relay_threads(p), "K": p["k"],
-            "LAG": p["lag"], "HEAD": _head(p, vbytes)}
+            **({"LAG": p["lag"]} if "lag" in p else {}), "HEAD": _head(p, vbytes)}
 
 
 def relay_scratch(rows: str, ppr: int) -> dict[str, tuple[str, bool, bool]]:
@@ -243,7 +275,7 @@ def relay_scratch(rows: str, ppr: int) -> dict[str, tuple[str, bool, bool]]:
 
 
 def relay_kernel(name: str, params: str, reduce_piece: str, resolve: str, write_piece: str, prefetch: str = "",
-                 wrote_slot: bool = False) -> str:
+                 wrote_slot: bool = False, hold: bool = False, own_writers: bool = False) -> str:
     """The relay kernel ``name`` (see the Note): NW consumer warps, NC resolver warps, a loader and a publisher warp
     per block. The caller's header defines T, P (a pack of VEC T), COLS, VEC and ``relay_consts`` (NT: NW + NC + 2
     warps); the partial type ``V`` with its combine ``Op`` and ``ident()``; and ``pack_stat(V) -> float2`` /
@@ -260,10 +292,22 @@ def relay_kernel(name: str, params: str, reduce_piece: str, resolve: str, write_
       that does not depend on it (a group norm's per-channel weights: Note [weights loaded before the wait] in
       group_norm.py).
 
+    ``hold`` (knob ``hold``, Note [a row's last piece before the next row's first]): the loader issues a block's first
+    piece of a row only once its previous piece, of the row before, has arrived.
+
+    ``own_writers`` (knob ``writers``, Note [writers of their own]): NW more warps write the pieces, and the
+    consumers only reduce them.
+
     ``wrote_slot``: the consumers store into their share of the slot (Note [a prologue evaluated once, into its slot]
     in softmax.py), so before a slot is freed each lane orders its stores before the copy engine's next fill of it
     (fence.proxy.async)."""
     fence = '\n      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");' if wrote_slot else ""
+    wait_row = """
+        if (t > 0 && (blockIdx.x + t * NB) / PPR != (blockIdx.x + (t - 1) * NB) / PPR)
+          bar_wait(full + (t - 1) % K, (unsigned)((t - 1) / K) & 1u);  // the previous row's last piece arrived""" \
+        if hold else ""
+    writers, consumers = (_writer_warps(reduce_piece, write_piece, prefetch, wrote_slot) if own_writers
+                          else ("", _joint_warps(reduce_piece, write_piece, prefetch, fence)))
     return f"""
 extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
     unsigned long long* __restrict__ part, long long rows) {{
@@ -280,6 +324,7 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
   const long long n = blockIdx.x < np ? (np - 1 - blockIdx.x) / NB + 1 : 0;  // this block's pieces: b, b + NB, ...
   unsigned* ctl = reinterpret_cast<unsigned*>(part + np);  // the epoch and the blocks that have read it
   __shared__ unsigned fin;  // the block's warps that have read the epoch
+  KF_TRACE_BLOCK(threadIdx.x == 0, 0);
   if (threadIdx.x == 0) {{
     fin = 0;
     for (int j = 0; j < K; ++j) {{
@@ -290,11 +335,12 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
   __syncthreads();
   if (warp == NW + NC) {{  // the loader: the first K pieces, then each slot again once its consumers wrote it
     if (lane == 0) {{
-      auto issue = [&](long long t) {{
+      auto issue = [&](long long t) {{{wait_row}
         const long long g = blockIdx.x + t * NB, row = g / PPR;
         const int c0 = (int)(g - row * PPR) * PE;
         slot_load(slots + (t % K) * PE, x + row * COLS + c0, (unsigned)(min(PE, COLS - c0) * sizeof(T)),
                   full + t % K);
+        KF_TRACE(true, 0, t);
       }};
       for (long long t = 0; t < K && t < n; ++t) issue(t);
       for (long long v = 0; v + K < n; ++v) {{
@@ -312,11 +358,12 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
       V a = lane < NW ? wpart[sl * NW + lane] : ident();
       a = group_all<32, 32>(a, Op(), (V*)nullptr);
       if (lane == 0) put_part(part + blockIdx.x + u * NB, pack_stat(a), mark);
+      KF_TRACE(lane == 0, 2, u);
     }}
     return;
   }}
-  // resolver c: the pieces in slots c, c + NC, ... (every use of a slot, in order): wait until the piece's row is
-  // published, combine it in piece order
+{writers}  // resolver c: the pieces in slots c, c + NC, ... (every use of a slot, in order): wait until the piece's
+  // row is published, combine it in piece order
   if (warp >= NW) {{
     const unsigned mark = relay_mark(ctl, &fin, NC + 1);
     long long last_row = -1;  // the row this warp resolved last, and (in lane 0) its statistic
@@ -330,6 +377,7 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
         if (lane == 0) {{
           stat[sl] = last;
           bar_arrive(ready + sl);
+          KF_TRACE(true, 3, u);
         }}
         continue;
       }}
@@ -351,16 +399,26 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
       if (lane == 0) {{{resolve}
         stat[sl] = last = fin;
         bar_arrive(ready + sl);
+        KF_TRACE(true, 3, u);
       }}
     }}
     return;
   }}
-  const int wc = warp * (PE / NW);  // this warp's columns of every piece: [wc, wc + PE / NW)
+{consumers}  KF_TRACE_BLOCK(lane == 0, 1);
+}}
+"""
+
+
+def _joint_warps(reduce_piece: str, write_piece: str, prefetch: str, fence: str) -> str:
+    """The consumer warps that reduce each piece and write it LAG pieces later (Note [rows relayed through global
+    memory])."""
+    return f"""  const int wc = warp * (PE / NW);  // this warp's columns of every piece: [wc, wc + PE / NW)
   for (long long t = 0; t < n + LAG; ++t) {{
     if (t < n) {{
       const long long g = blockIdx.x + t * NB, row = g / PPR;
       const int c0 = (int)(g - row * PPR) * PE, sl = (int)(t % K);
       bar_wait(full + sl, (unsigned)(t / K) & 1u);
+      KF_TRACE(warp == 0 && lane == 0, 1, t);
       const P* sp = reinterpret_cast<const P*>(slots + sl * PE + wc);{reduce_piece}
       if (lane == 0) {{
         wpart[sl * NW + warp] = v;
@@ -375,7 +433,72 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
       const P* sp = reinterpret_cast<const P*>(slots + sl * PE + wc);{write_piece}{fence}
       __syncwarp();  // every lane has read the slot
       if (lane == 0) bar_arrive(empty + sl);
+      KF_TRACE(warp == 0 && lane == 0, 4, u);
     }}
   }}
-}}
 """
+
+
+# Note [writers of their own]
+# In the relay as first built, each consumer warp both reduces a piece and, LAG pieces later, writes it once its row
+# is resolved: one warp alternates the two, so a resolve that comes late holds up the reduces of the pieces after it
+# as well, and the lag that keeps loads in flight is a guess at how long a resolve takes. With knob ``writers`` the
+# block has NW reducer warps and NW writer warps (the same 19 warps as 16 consumers, when NW halves): the reducers
+# take each piece as it arrives and never wait for a row, the writers wait only for their piece's statistic
+# (``ready``) and free the slot. There is no lag; a block's slots must hold every piece it has of one row, plus one
+# that loads (writers_progress_ok; tests/test_relay_protocol.py runs the model of the warps over every setting that
+# rule allows, and shows that one slot fewer deadlocks). Writer warp j writes the columns reducer warp j reduced,
+# which with a prologue evaluated once are the values that warp wrote back into the slot: each reducing lane fences
+# its stores against the copy engine and the warp synchronises before it signals ``reduced``.
+# Twentieth session, same run per case (results/h200/probe_session20_writers.json): the group norms' root since then
+# (group_norm.own_writers: eight reducers, eight writers, seven slots of 32 KB): [1,512,256,256] bf16 37.1 us, 85% of
+# the copy bandwidth, against the joint relay's 42.4 (74.5%); [1,128,1024,1024] bf16 140.1 against 155.3, fp32 354.1
+# against 379.4. The softmaxes keep the joint relay: [64,262144] bf16 25.0 against 24.3 (and 24.3 again); fp32 36.4
+# with seven slots (37.1 with six) against 37.1 and 37.4, 2% in one run, not enough to move a root that has held for
+# nine sessions; the soft cap's relay once 38.5-43.4 against 36.3 and 36.4. An action either way (relay_writers).
+#
+# Note [a row's last piece before the next row's first]
+# Knob ``hold``: the loader issues a block's first piece of a row only once the block's previous piece, the last it
+# has of the row before, has arrived, so that the older row's pieces reach the chip ahead of the newer row's and its
+# resolve is not kept waiting behind them. Mixed, in the same runs as above: softmax [64,262144] bf16 23.8 us against
+# 24.3 twice, fp32 38.9 against 37.1 and 37.4; group norm [1,512,256,256] bf16 40.8 against 42.4 (the joint relay,
+# both), fp32 73.5 against 71.0. An action, never a root.
+def _writer_warps(reduce_piece: str, write_piece: str, prefetch: str, wrote_slot: bool) -> tuple[str, str]:
+    """Knob ``writers``: NW writer warps (NW + NC + 2 ...) write each piece as soon as its row is resolved, and the NW
+    consumer warps only reduce, as soon as a piece arrives. Writer warp j writes the columns consumer warp j reduced
+    (and, evaluating a prologue once, wrote back into the slot: each reducing lane fences its stores against the copy
+    engine and the warp synchronises before it signals ``reduced``, from which ``ready`` follows)."""
+    fence = """
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      __syncwarp();  // every lane's values are in the slot before reduced, then ready, lets the writers read them""" \
+        if wrote_slot else ""
+    writers = f"""  if (warp >= NW + NC + 2) {{  // writer warp j = warp - (NW + NC + 2): consumer warp j's columns
+    const int wc = (warp - NW - NC - 2) * (PE / NW);
+    for (long long u = 0; u < n; ++u) {{
+      const long long g = blockIdx.x + u * NB, row = g / PPR;
+      const int c0 = (int)(g - row * PPR) * PE, sl = (int)(u % K);{prefetch}
+      bar_wait(ready + sl, (unsigned)(u / K) & 1u);
+      const float2 st = stat[sl];
+      const P* sp = reinterpret_cast<const P*>(slots + sl * PE + wc);{write_piece}
+      __syncwarp();  // every lane has read the slot
+      if (lane == 0) bar_arrive(empty + sl);
+      KF_TRACE(warp == NW + NC + 2 && lane == 0, 4, u);
+    }}
+    KF_TRACE_BLOCK(lane == 0, 1);
+    return;
+  }}
+"""
+    consumers = f"""  const int wc = warp * (PE / NW);  // this warp's columns of every piece: [wc, wc + PE / NW)
+  for (long long t = 0; t < n; ++t) {{
+    const long long g = blockIdx.x + t * NB, row = g / PPR;
+    const int c0 = (int)(g - row * PPR) * PE, sl = (int)(t % K);
+    bar_wait(full + sl, (unsigned)(t / K) & 1u);
+    KF_TRACE(warp == 0 && lane == 0, 1, t);
+    const P* sp = reinterpret_cast<const P*>(slots + sl * PE + wc);{reduce_piece}{fence}
+    if (lane == 0) {{
+      wpart[sl * NW + warp] = v;
+      bar_arrive(reduced + sl);
+    }}
+  }}
+"""
+    return writers, consumers
