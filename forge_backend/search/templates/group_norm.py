@@ -702,8 +702,7 @@ def _relay_source(card: OperatorCard, p: dict[str, Any]) -> tuple[str, list[str]
 typedef Pack<T, VEC> P;
 typedef Pack<TO, VEC> PO;
 """
-    kernel = relay_kernel("gn_relay", params, _RELAY_REDUCE, resolve, write, prefetch, hold="hold" in p,
-                          own_writers="writers" in p)
+    kernel = relay_kernel("gn_relay", p, params, _RELAY_REDUCE, resolve, write, prefetch)
     return head + RELAY_HELPERS + _RELAY_STATS + kernel, args
 
 

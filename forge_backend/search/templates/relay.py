@@ -274,11 +274,11 @@ def relay_scratch(rows: str, ppr: int) -> dict[str, tuple[str, bool, bool]]:
     return {"part": (f"{rows} * {ppr * 8} + 8", True, True)}
 
 
-def relay_kernel(name: str, params: str, reduce_piece: str, resolve: str, write_piece: str, prefetch: str = "",
-                 wrote_slot: bool = False, hold: bool = False, own_writers: bool = False) -> str:
-    """The relay kernel ``name`` (see the Note): NW consumer warps, NC resolver warps, a loader and a publisher warp
-    per block. The caller's header defines T, P (a pack of VEC T), COLS, VEC and ``relay_consts`` (NT: NW + NC + 2
-    warps); the partial type ``V`` with its combine ``Op`` and ``ident()``; and ``pack_stat(V) -> float2`` /
+def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, resolve: str, write_piece: str,
+                 prefetch: str = "", wrote_slot: bool = False) -> str:
+    """The relay kernel ``name`` of layout ``p`` (see the Note): NW consumer warps, NC resolver warps, a loader and a
+    publisher warp per block. The caller's header defines T, P (a pack of VEC T), COLS, VEC and ``relay_consts`` (NT:
+    NW + NC + 2 warps); the partial type ``V`` with its combine ``Op`` and ``ident()``; and ``pack_stat(V) -> float2`` /
     ``unpack_stat(float2, i) -> V`` (the published word of piece ``i`` of a row: two floats, the second >= 0 or NaN).
     ``params`` are the kernel's own parameters (``x`` the input), before ``part`` and ``rows``. Hooks, with ``row``
     (long long), ``c0`` (the piece's first column), ``sp`` (this warp's packs of the slot) and ``lane`` in scope:
@@ -292,11 +292,11 @@ def relay_kernel(name: str, params: str, reduce_piece: str, resolve: str, write_
       that does not depend on it (a group norm's per-channel weights: Note [weights loaded before the wait] in
       group_norm.py).
 
-    ``hold`` (knob ``hold``, Note [a row's last piece before the next row's first]): the loader issues a block's first
-    piece of a row only once its previous piece, of the row before, has arrived.
+    Knob ``hold`` (Note [a row's last piece before the next row's first]): the loader issues a block's first piece of
+    a row only once its previous piece, of the row before, has arrived.
 
-    ``own_writers`` (knob ``writers``, Note [writers of their own]): NW more warps write the pieces, and the
-    consumers only reduce them.
+    Knob ``writers`` (Note [writers of their own]): NW more warps write the pieces, and the consumers only reduce
+    them.
 
     ``wrote_slot``: the consumers store into their share of the slot (Note [a prologue evaluated once, into its slot]
     in softmax.py), so before a slot is freed each lane orders its stores before the copy engine's next fill of it
@@ -305,8 +305,8 @@ def relay_kernel(name: str, params: str, reduce_piece: str, resolve: str, write_
     wait_row = """
         if (t > 0 && (blockIdx.x + t * NB) / PPR != (blockIdx.x + (t - 1) * NB) / PPR)
           bar_wait(full + (t - 1) % K, (unsigned)((t - 1) / K) & 1u);  // the previous row's last piece arrived""" \
-        if hold else ""
-    writers, consumers = (_writer_warps(reduce_piece, write_piece, prefetch, wrote_slot) if own_writers
+        if "hold" in p else ""
+    writers, consumers = (_writer_warps(reduce_piece, write_piece, prefetch, wrote_slot) if "writers" in p
                           else ("", _joint_warps(reduce_piece, write_piece, prefetch, fence)))
     return f"""
 extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
@@ -409,31 +409,44 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
 """
 
 
+def _reduce_step(t: str, reduce_piece: str, after: str = "") -> str:
+    """A consumer warp's reduce of its piece ``t`` (an expression) as it arrives: its partial into ``wpart``, then
+    ``reduced``; ``after`` runs between the reduce and the signal."""
+    return f"""
+      const long long g = blockIdx.x + {t} * NB, row = g / PPR;
+      const int c0 = (int)(g - row * PPR) * PE, sl = (int)({t} % K);
+      bar_wait(full + sl, (unsigned)({t} / K) & 1u);
+      KF_TRACE(warp == 0 && lane == 0, 1, {t});
+      const P* sp = reinterpret_cast<const P*>(slots + sl * PE + wc);{reduce_piece}{after}
+      if (lane == 0) {{
+        wpart[sl * NW + warp] = v;
+        bar_arrive(reduced + sl);
+      }}"""
+
+
+def _write_step(u: str, write_piece: str, prefetch: str, fence: str, first: str) -> str:
+    """A warp's write of piece ``u`` (a variable) once its row's statistic is ready, then the slot freed (``empty``);
+    ``first``: the condition of the warp that marks the trace."""
+    return f"""
+      const long long g = blockIdx.x + {u} * NB, row = g / PPR;
+      const int c0 = (int)(g - row * PPR) * PE, sl = (int)({u} % K);{prefetch}
+      bar_wait(ready + sl, (unsigned)({u} / K) & 1u);
+      const float2 st = stat[sl];
+      const P* sp = reinterpret_cast<const P*>(slots + sl * PE + wc);{write_piece}{fence}
+      __syncwarp();  // every lane has read the slot
+      if (lane == 0) bar_arrive(empty + sl);
+      KF_TRACE({first}, 4, {u});"""
+
+
 def _joint_warps(reduce_piece: str, write_piece: str, prefetch: str, fence: str) -> str:
     """The consumer warps that reduce each piece and write it LAG pieces later (Note [rows relayed through global
     memory])."""
     return f"""  const int wc = warp * (PE / NW);  // this warp's columns of every piece: [wc, wc + PE / NW)
   for (long long t = 0; t < n + LAG; ++t) {{
-    if (t < n) {{
-      const long long g = blockIdx.x + t * NB, row = g / PPR;
-      const int c0 = (int)(g - row * PPR) * PE, sl = (int)(t % K);
-      bar_wait(full + sl, (unsigned)(t / K) & 1u);
-      KF_TRACE(warp == 0 && lane == 0, 1, t);
-      const P* sp = reinterpret_cast<const P*>(slots + sl * PE + wc);{reduce_piece}
-      if (lane == 0) {{
-        wpart[sl * NW + warp] = v;
-        bar_arrive(reduced + sl);
-      }}
+    if (t < n) {{{_reduce_step("t", reduce_piece)}
     }}
     if (t >= LAG) {{
-      const long long u = t - LAG, g = blockIdx.x + u * NB, row = g / PPR;
-      const int c0 = (int)(g - row * PPR) * PE, sl = (int)(u % K);{prefetch}
-      bar_wait(ready + sl, (unsigned)(u / K) & 1u);
-      const float2 st = stat[sl];
-      const P* sp = reinterpret_cast<const P*>(slots + sl * PE + wc);{write_piece}{fence}
-      __syncwarp();  // every lane has read the slot
-      if (lane == 0) bar_arrive(empty + sl);
-      KF_TRACE(warp == 0 && lane == 0, 4, u);
+      const long long u = t - LAG;{_write_step("u", write_piece, prefetch, fence, "warp == 0 && lane == 0")}
     }}
   }}
 """
@@ -472,33 +485,17 @@ def _writer_warps(reduce_piece: str, write_piece: str, prefetch: str, wrote_slot
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       __syncwarp();  // every lane's values are in the slot before reduced, then ready, lets the writers read them""" \
         if wrote_slot else ""
+    first_writer = "warp == NW + NC + 2 && lane == 0"  # the writer that marks the trace
     writers = f"""  if (warp >= NW + NC + 2) {{  // writer warp j = warp - (NW + NC + 2): consumer warp j's columns
     const int wc = (warp - NW - NC - 2) * (PE / NW);
-    for (long long u = 0; u < n; ++u) {{
-      const long long g = blockIdx.x + u * NB, row = g / PPR;
-      const int c0 = (int)(g - row * PPR) * PE, sl = (int)(u % K);{prefetch}
-      bar_wait(ready + sl, (unsigned)(u / K) & 1u);
-      const float2 st = stat[sl];
-      const P* sp = reinterpret_cast<const P*>(slots + sl * PE + wc);{write_piece}
-      __syncwarp();  // every lane has read the slot
-      if (lane == 0) bar_arrive(empty + sl);
-      KF_TRACE(warp == NW + NC + 2 && lane == 0, 4, u);
+    for (long long u = 0; u < n; ++u) {{{_write_step("u", write_piece, prefetch, "", first_writer)}
     }}
     KF_TRACE_BLOCK(lane == 0, 1);
     return;
   }}
 """
     consumers = f"""  const int wc = warp * (PE / NW);  // this warp's columns of every piece: [wc, wc + PE / NW)
-  for (long long t = 0; t < n; ++t) {{
-    const long long g = blockIdx.x + t * NB, row = g / PPR;
-    const int c0 = (int)(g - row * PPR) * PE, sl = (int)(t % K);
-    bar_wait(full + sl, (unsigned)(t / K) & 1u);
-    KF_TRACE(warp == 0 && lane == 0, 1, t);
-    const P* sp = reinterpret_cast<const P*>(slots + sl * PE + wc);{reduce_piece}{fence}
-    if (lane == 0) {{
-      wpart[sl * NW + warp] = v;
-      bar_arrive(reduced + sl);
-    }}
+  for (long long t = 0; t < n; ++t) {{{_reduce_step("t", reduce_piece, fence)}
   }}
 """
     return writers, consumers

@@ -771,9 +771,8 @@ typedef MaxSum Op;
 __device__ __forceinline__ V ident() { return make_float2(-CUDART_INF_F, 0.f); }
 __device__ __forceinline__ float2 pack_stat(V v) { return v; }  // (max, sum of exp): the sum is >= 0
 __device__ __forceinline__ V unpack_stat(float2 f, int) { return f; }
-""" + relay_kernel("softmax_relay", "const T* __restrict__ x, TO* __restrict__ y", _relay_reduce(once),
-                   "\n          const float2 fin = a;", write, wrote_slot=once, hold="hold" in p,
-                   own_writers="writers" in p)
+""" + relay_kernel("softmax_relay", p, "const T* __restrict__ x, TO* __restrict__ y", _relay_reduce(once),
+                   "\n          const float2 fin = a;", write, wrote_slot=once)
 
 
 def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
