@@ -166,6 +166,7 @@ def cases() -> list[tuple[str, OperatorCard, list[dict[str, Any]]]]:
     return [
         ("softmax [64,262144] fp32", tc.softmax((64, 262144), "float32"), softmax_variants(4)),
         ("softmax [64,262144] bf16", tc.softmax((64, 262144), "bfloat16"), softmax_variants(8)),
+        ("softmax [64,248320] bf16", tc.softmax((64, 248320), "bfloat16"), softmax_variants(8)),
         ("softmax [64,262144] fp32 narrow", tc.softmax((64, 262144), "float32"), narrow_variants([1, 2])),
         ("softmax [64,262144] fp32 two waves", tc.softmax((64, 262144), "float32"), two_wave_variants()),
         ("attn softmax [1,8,2048,2048] bf16", tc.softmax_fused(

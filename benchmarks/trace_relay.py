@@ -1,4 +1,4 @@
-"""Stamp a relay kernel's pipeline with the GPU's global timer: where does its time go?
+"""Stamp a relay kernel's pipeline (or a resident softmax's steps) with the GPU's global timer: where does its time go?
 
     python benchmarks/trace_relay.py --case "softmax [64,262144] bf16" [--params k=v,k=v] [--out DIR]
 
@@ -14,7 +14,9 @@ and reads the stamps back.
 
 ``timeline`` turns the stamps into what the Notes argue about: bytes arriving and written per time bin (the read and
 write phases), each row's resolve latency (its first resolve after its last publish), how long a piece waits on
-chip, and the head (before the first write) and the tail (after the last arrival).
+chip, and the head (before the first write) and the tail (after the last arrival). A resident softmax (Note [a tensor
+held on chip whole] in templates/resident.py) marks its block's steps with the same macros, read by
+``resident_summary``.
 """
 from __future__ import annotations
 
@@ -137,6 +139,26 @@ def timeline(stamps: np.ndarray, blocks: int, rows: int, cols: int, pe: int, in_
     }
 
 
+def resident_summary(stamps: np.ndarray, block: np.ndarray, chunks: int) -> dict[str, Any]:
+    """The resident kernel's steps (Note [a tensor held on chip whole] in templates/resident.py), thread 0 of each
+    block: its copies issued (event 0), each copy seen arrived (event 1, piece = copy), its packs folded (event 2,
+    piece 1), its partials published (event 2, piece 0), its rows' statistics (event 3), its shared packs written
+    (event 4); with the block's start and its warps' last end, all in us from the first block's start, as quantiles
+    over the blocks."""
+    start = block[:, 0].astype(np.float64)
+    if not (start > 0).all():
+        raise ValueError("a block left no start mark: the source was compiled without KF_TRACE")
+    t0 = start.min()
+    us = lambda a: np.where(a > 0, (a.astype(np.float64) - t0) / 1e3, np.nan)  # noqa: E731
+    arrivals = us(stamps[:, :chunks, 1])
+    steps = {"start": us(block[:, 0]), "issued": us(stamps[:, 0, 0]), "first_arrival": arrivals[:, 0],
+             "last_arrival": np.nanmax(arrivals, axis=1), "folded": us(stamps[:, 1, 2]),
+             "published": us(stamps[:, 0, 2]), "resolved": us(stamps[:, 0, 3]), "smem_written": us(stamps[:, 0, 4]),
+             "end": us(block[:, 1])}
+    return {k: dict(zip(("p10", "p50", "p90", "max"), (round(float(x), 3) for x in np.nanpercentile(v, [10, 50, 90, 100]))))
+            for k, v in steps.items()}
+
+
 def block_summary(block: np.ndarray, clock: np.ndarray, stamps: np.ndarray) -> dict[str, float]:
     """The launch around the pipeline: ``block`` [blocks, 2] (a block's start, its consumers' last end), ``clock``
     (kf_stamp's time before and after the relay, one-thread kernels on the same stream) and the piece stamps."""
@@ -202,8 +224,9 @@ def main() -> None:
         name, card = matches[0]
         fam = family_for(card)
         params = probe_variants.parse_params(args.params) if args.params else fam.root_params(card)
-        if params.get("strategy") != "relay" or not fam.valid(card, params):
-            sys.exit(f"{params} is not a valid relay variant of {name}")
+        if params.get("strategy") not in ("relay", "resident") or not fam.valid(card, params):
+            sys.exit(f"{params} is not a valid relay or resident variant of {name}")
+        resident = params["strategy"] == "resident"
         cand = fam.generate(card, params)
         traced = replace(cand, source=TRACE_HEADER.format(blocks=SMS, pieces=MAX_PIECES) + cand.source)
         plain = Launcher(card, cand, compile_candidate(cand, card.arch).cubin, dev)
@@ -221,7 +244,8 @@ def main() -> None:
         glob = {name: _check(drv.cuModuleGetGlobal(mod, name.encode()), "cuModuleGetGlobal")
                 for name in ("kf_trace", "kf_block", "kf_clock")}
         stamp = _check(drv.cuModuleGetFunction(mod, b"kf_stamp"), "cuModuleGetFunction")
-        cols, pe = source_const(cand.source, "COLS"), source_const(cand.source, "PE")
+        cols = source_const(cand.source, "COLS")
+        pe = 0 if resident else source_const(cand.source, "PE")
         x, y = card.inputs[0].spec, card.outputs[0].spec
         numel = int(np.prod(x.shape))
         summaries, raw = [], {}
@@ -243,6 +267,10 @@ def main() -> None:
                 raw[var] = np.zeros(int(size) // 8, dtype=np.uint64)
                 _check(drv.cuMemcpyDtoH(raw[var].ctypes.data, ptr, size) + (None,), "cuMemcpyDtoH")
             stamps = raw["kf_trace"].reshape(SMS, MAX_PIECES, 5)
+            if resident:
+                summaries.append(resident_summary(stamps, raw["kf_block"].reshape(SMS, 2),
+                                                  source_const(cand.source, "NCH")))
+                continue
             summary = timeline(stamps, SMS, numel // cols, cols, pe, ITEMSIZE[x.dtype], ITEMSIZE[y.dtype],
                                args.bin_us)
             summary["launch"] = block_summary(raw["kf_block"].reshape(SMS, 2), raw["kf_clock"], stamps)
@@ -250,7 +278,7 @@ def main() -> None:
         print(f"== {name}: {cand.description}: {t_plain:.1f} us, {t_normal:.1f} us launched without the cooperative "
               f"guarantee, {t_marked:.1f} us marked (medians, after an L2 flush)")
         for s in summaries:
-            print(render(name, s, bw))
+            print("\n".join(f"   {k:13s} {v}" for k, v in s.items()) if resident else render(name, s, bw))
         results.append({"case": name, "params": params, "description": cand.description, "unmarked_us": t_plain,
                         "normal_launch_us": t_normal, "marked_us": t_marked, "copy_gbps": bw,
                         "launches": summaries})

@@ -55,31 +55,32 @@ class Scratch:
 
 
 def simulate(rows: int, ppr: int, blocks: int, k: int, lag: int | None, nc: int, seed: int, launches: int = 1,
-             advance: bool = True) -> str:
+             advance: bool = True, ramp: int | None = None) -> str:
     """Run ``launches`` launches one after another (stream order) on one kept scratch: ``done``, ``deadlock``,
     ``misread`` or ``stale`` (a resolver took a word of an earlier launch). ``advance=False`` is a kernel whose epoch
-    never moves. ``lag=None``: writer warps of their own (Note [writers of their own])."""
+    never moves. ``lag=None``: writer warps of their own (Note [writers of their own]). ``ramp``: the loader issues its
+    first K copies RAMP at a time, each once the copy RAMP before it has landed (Note [the first copies a few at a
+    time]); without it they have all landed before any warp starts."""
     scratch = Scratch({g: (0, -1) for g in range(rows * ppr)})
     for launch in range(launches):
         result = _one_launch(rows, ppr, blocks, k, lag, nc, random.Random(seed * 1000 + launch), scratch, launch,
-                             advance)
+                             advance, ramp)
         if result != "done":
             return result
     return "done"
 
 
 def _one_launch(rows: int, ppr: int, blocks: int, k: int, lag: int | None, nc: int, rng: random.Random,
-                scratch: Scratch,
-                launch: int, advance: bool) -> str:
+                scratch: Scratch, launch: int, advance: bool, ramp: int | None = None) -> str:
     total = rows * ppr
     agents = []
     for b in range(blocks):
         n = (total - 1 - b) // blocks + 1 if b < total else 0
         blk = Block(b, n, k)
-        for t in range(min(k, n)):  # the loader's first K bulk copies
+        for t in range(min(k, n)) if ramp is None else ():  # the loader's first K bulk copies, all at once
             blk.bar("full", t).done += 1
         users = blocks * (nc + 1)  # publishers and resolvers of the grid: each reads the epoch once
-        agents += [loader(blk), publisher(blk, blocks, scratch, launch, users, advance)]
+        agents += [loader(blk, ramp), publisher(blk, blocks, scratch, launch, users, advance)]
         agents += [consumers(blk, lag)] if lag is not None else [reducers(blk), writers(blk)]
         agents += [resolver(blk, c, nc, blocks, ppr, scratch, launch, users, advance) for c in range(nc)]
     live = [iter(a) for a in agents]
@@ -121,7 +122,13 @@ def read_mark(scratch: Scratch, users: int, advance: bool) -> int:
 
 # Each agent is a generator that yields True after a step and False when it must wait.
 
-def loader(blk: Block):
+def loader(blk: Block, ramp: int | None = None):
+    if ramp is not None:  # the first K copies, each once the one RAMP before it has landed
+        for t in range(min(blk.k, blk.pieces)):
+            while t >= ramp and not blk.bar("full", t - ramp).ready(0):
+                yield False
+            blk.bar("full", t).done += 1
+            yield True
     for v in range(max(0, blk.pieces - blk.k)):
         while not blk.bar("empty", v).ready(v // blk.k):
             yield False
@@ -257,3 +264,19 @@ def test_writers_with_fewer_slots_than_a_blocks_pieces_of_one_row_deadlock(seed:
     assert not writers_progress_ok(11, 3, 3, 1) and writers_progress_ok(11, 3, 5, 1)
     assert simulate(2, 11, 3, 3, None, 1, seed) == "deadlock"
     assert simulate(2, 11, 3, 5, None, 1, seed) == "done"
+
+
+@pytest.mark.parametrize("ramp", (1, 2, 3))
+def test_first_copies_a_few_at_a_time_run_to_the_end(ramp: int) -> None:
+    """Note [the first copies a few at a time]: the loader's first K copies issued RAMP at a time, the warps moving
+    while they land, with the joint consumers and with writers of their own, over launches in a row."""
+    checked = 0
+    for blocks, rows, ppr, k, lag, nc in _cases():
+        if ramp < k and progress_ok(ppr, blocks, k, lag, nc) and (ppr + k + nc) % 3 == 0:
+            checked += 1
+            assert simulate(rows, ppr, blocks, k, lag, nc, ppr, launches=2, ramp=ramp) == "done"
+    for blocks, rows, ppr, k, nc in itertools.product((3, 5), (1, 3), range(1, 12), range(2, 7), (1, 2)):
+        if ramp < k and writers_progress_ok(ppr, blocks, k, nc):
+            checked += 1
+            assert simulate(rows, ppr, blocks, k, None, nc, ppr, ramp=ramp) == "done"
+    assert checked > 100

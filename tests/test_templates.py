@@ -256,7 +256,7 @@ def test_root_strategies_fit_the_shape() -> None:
     assert pick("softmax_4097_f32")["vec"] == 1  # 4097 * 4 bytes is not a multiple of 16
     # Note [a prologue evaluated once, into its slot]: the soft cap's bf16 values fit the relay's slots
     assert pick("softmax_fused_softcap") == {"strategy": "relay", "vec": 8, "pe": 8192, "nw": 16, "nc": 1, "k": 10,
-                                             "lag": 4, "once": True}
+                                             "lag": 4, "once": True, "ramp": 2}
     softcap = CARDS["softmax_fused_softcap"][0]()
     assert family_for(softcap).defaults(softcap, "cluster")["vec"] == 4  # bf16 logits, fp32 after the prologue
     assert family_for(softcap).seeds(softcap)[1]["strategy"] == "cluster"
@@ -339,7 +339,8 @@ def test_relay_softmax_streams_pieces_through_every_sm() -> None:
 
     card = CARDS["softmax_logits_f32"][0]()  # [64, 262144] fp32
     p = sm.defaults(card, "relay")
-    assert p == {"strategy": "relay", "vec": 4, "pe": 8192, "nw": 16, "nc": 1, "k": 6, "lag": 3}
+    # Note [the first copies a few at a time]: one at a time
+    assert p == {"strategy": "relay", "vec": 4, "pe": 8192, "nw": 16, "nc": 1, "k": 6, "lag": 3, "ramp": 1}
     assert sm.valid(card, p) and sm.seeds(card)[0] == p and sm.seeds(card)[1]["strategy"] == "cluster"
     cand = sm.generate(card, p)
     (l,), scratch = resolve_plan(cand, card.sizes, card.floats)
@@ -371,7 +372,8 @@ def test_relay_softmax_streams_pieces_through_every_sm() -> None:
     # Note [a prologue evaluated once, into its slot]: its bf16 values go back into the slot, and that relay is the root
     fused = CARDS["softmax_fused_softcap"][0]()
     q = sm.defaults(fused, "relay")
-    assert q == {"strategy": "relay", "vec": 8, "pe": 8192, "nw": 16, "nc": 1, "k": 10, "lag": 4, "once": True}
+    assert q == {"strategy": "relay", "vec": 8, "pe": 8192, "nw": 16, "nc": 1, "k": 10, "lag": 4, "once": True,
+                 "ramp": 2}
     assert sm.valid(fused, q) and sm.root_params(fused) == q
     relay = sm.generate(fused, q)
     assert relay.requires_align == 32  # 8 fp32 outputs a pack: two 16-byte stores
@@ -449,13 +451,13 @@ def test_relay_group_norm_takes_groups_as_rows() -> None:
     # the root has writers of their own (Note [writers of their own]): half the consumer warps write, no lag, seven
     # slots (the most that fit); the relay without them is the next seed, and one action away
     root = gn.root_params(card)
-    assert root == {**{key: v for key, v in p.items() if key != "lag"}, "nw": 8, "k": 7, "writers": True}
+    assert root == {**{key: v for key, v in p.items() if key != "lag"}, "nw": 8, "k": 7, "writers": True, "ramp": 2}
     assert gn.valid(card, p) and gn.valid(card, root) and gn.seeds(card)[1] == p
     assert not gn.valid(card, {**root, "k": 8})  # eight 32 KB slots do not fit
     # nor do seven beside sixteen consumer warps' partials, so from the root the action back is not offered (the
     # joint relay is a seed instead); from six slots it is
     assert "writers True -> False" not in dict(gn.actions(card, root))
-    assert dict(gn.actions(card, {**root, "k": 6}))["writers True -> False"] == {**p, "lag": 4}
+    assert dict(gn.actions(card, {**root, "k": 6}))["writers True -> False"] == {**p, "lag": 4, "ramp": 2}
     (w,), _ = resolve_plan(gn.generate(card, root), card.sizes, card.floats)
     assert w.block == (19 * 32, 1, 1)  # 8 reducers, 1 resolver, the loader, the publisher, 8 writers
     # Note [relay pieces of 48 KB: an action, not the root]: pieces 1.5 times larger in the same slot bytes are one
@@ -788,7 +790,8 @@ def test_two_seeds_of_one_strategy_both_reach_the_search() -> None:
     assert [p.params for p in got] == seeds
     assert len(set(siblings)) == len(siblings)
     # right after the root (a relay with writers of their own) the relay without them, then the kept cluster
-    assert got[1].action == "template strategy relay (k=6 lag=3 nw=16 writers=None)" and "writers" not in got[1].params
+    assert got[1].action == "template strategy relay (k=6 lag=3 nw=16 ramp=None writers=None)"
+    assert "writers" not in got[1].params
     assert "keep" in got[2].params and got[2].action == "template strategy cluster"
     plain = next(p for p in got[3:] if p.params.get("strategy") == "cluster")
     assert plain.action.startswith("template strategy cluster (") and "cache=reg" in plain.action
@@ -1097,3 +1100,61 @@ def test_relay_knob_once_evaluates_a_prologue_once() -> None:
     assert not sm.valid(wide, {**sm.defaults(wide, "relay"), "once": True})  # fp32 products of bf16 logits
     other = tc.softmax_fused("to_float32(mul(x0,0.5))", [((64, 262144), "float16")], "float32")
     assert sm.valid(other, {**sm.defaults(other, "relay"), "once": True})
+
+
+def test_resident_softmax_holds_a_tensor_that_fits_on_chip() -> None:
+    """strategy=resident (Note [a tensor held on chip whole]): one cooperative block per SM takes a run of the
+    flattened tensor, most of it in shared memory by bulk copies and the rest in registers; valid only where that fits
+    and a block's run lies within two rows; an action of the search, not a seed (it lost every probe)."""
+    from forge_backend.search.templates import softmax as sm
+    from forge_backend.search.templates.common import SMEM_LIMIT
+
+    card = tc.softmax((64, 262144), "bfloat16")
+    p = sm.defaults(card, "resident")
+    # 15888 packs a block; 2 x 1024 of them in registers leave 13840 (221,440 bytes) for shared memory
+    assert p == {"strategy": "resident", "vec": 8, "nt": 1024, "rpt": 2, "ch": 1024} and sm.valid(card, p)
+    assert not sm.valid(card, {**p, "rpt": 1})  # 14864 packs would not fit in shared memory
+    cand = sm.generate(card, p)
+    (l,), scratch = resolve_plan(cand, card.sizes, card.floats)
+    assert l.cooperative and l.grid == (SMS, 1, 1) and l.block == (1024, 1, 1) and l.smem == 13840 * 16 <= SMEM_LIMIT
+    assert [(s.nbytes, s.zero, s.persist) for s in scratch] == [(SMS * 16 + 8, True, True)]  # two words a block
+    assert "narrow(xv(" not in cand.source and "constexpr int NCH = 14;" in cand.source
+    assert all(q["strategy"] != "resident" for q in sm.seeds(card))
+    assert dict(sm.actions(card, sm.root_params(card)))["strategy relay -> resident"] == p
+    acts = dict(sm.actions(card, p))
+    assert acts["depth None -> 2"] == {**p, "depth": 2} and acts["loader False -> True"] == {**p, "loader": True}
+    assert acts["nt 1024 -> 512"] == {**p, "nt": 512, "rpt": 4}
+    # a loader warp of its own: 992 threads fold, so 1984 packs are in registers
+    loader = sm.generate(card, {**p, "loader": True, "depth": 4})
+    assert "constexpr int NCT = 992;" in loader.source and "constexpr int DEPTH = 4;" in loader.source
+    _compile_once(cand)
+    _compile_once(loader)
+    assert not sm.valid(card, {**p, "depth": 0}) and not sm.valid(card, {**p, "loader": False})
+    assert not sm.valid(tc.softmax((64, 262144), "float32"), sm.defaults(tc.softmax((64, 262144), "float32"),
+                                                                            "resident"))  # 64 MB: too big
+    short = tc.softmax((4096, 256), "bfloat16")  # a block's run of 993 packs spans 32 rows of 32
+    assert not sm.valid(short, sm.defaults(short, "resident"))
+    # the soft cap, evaluated once where it lies; a second input (a mask) has no bulk copy of its own
+    cap = tc.softmax_fused("to_float32(mul(tanh(div(x0,30.0)),30.0))", [((1, 64, 262144), "bfloat16")])
+    q = sm.defaults(cap, "resident")
+    assert sm.valid(cap, q) and "narrow(xv(" in sm.generate(cap, q).source
+    masked = CARDS["softmax_fused_attn_bf16"][0]()
+    assert not sm.valid(masked, sm.defaults(masked, "resident"))
+
+
+def test_relay_knob_ramp_issues_the_first_copies_a_few_at_a_time() -> None:
+    """Note [the first copies a few at a time]: fewer than the slots; without it the loader's source is as before."""
+    from forge_backend.search.templates import softmax as sm
+
+    card = tc.softmax((64, 262144), "bfloat16")
+    root = sm.root_params(card)
+    assert root["ramp"] == 1
+    assert "if (t >= RAMP) bar_wait(full + (t - RAMP), 0u);" in sm.generate(card, root).source
+    plain = {k: v for k, v in root.items() if k != "ramp"}
+    assert sm.valid(card, plain)
+    assert "for (long long t = 0; t < K && t < n; ++t) issue(t);" in sm.generate(card, plain).source
+    assert "RAMP" not in sm.generate(card, plain).source
+    for bad in (0, root["k"], True, 1.5):
+        assert not sm.valid(card, {**root, "ramp": bad})
+    acts = dict(sm.actions(card, root))
+    assert acts["ramp 1 -> 2"] == {**root, "ramp": 2} and acts["ramp 1 -> off"] == plain

@@ -316,18 +316,106 @@ def test_relay_launches_in_a_row_share_one_kept_scratch(case):
     card, knobs = case
     fam = family_for(card)
     base = {key: v for key, v in fam.defaults(card, "relay").items() if key != "lag" or "writers" not in knobs}
-    cand = fam.generate(card, {**base, **knobs})
+    launches_in_a_row(card, {**base, **knobs}, 100)
+
+
+def launches_in_a_row(card, params, seed: int) -> None:
+    """Four launches of ``params`` on one launcher and its kept scratch: each right on new data, each advancing the
+    epoch (the scratch's last two words) once and rearming the count."""
+    cand = family_for(card).generate(card, params)
     run = Launcher(card, cand, compile_candidate(cand, card.arch).cubin, DEV)
     assert run.kept_scratch() == {}
     sig = card.signature_obj()
     for i in range(1, 5):
-        inputs = make_inputs(card, "normal", 100 + i, DEV)
+        inputs = make_inputs(card, "normal", seed + i, DEV)
         outs = run(inputs)
         for o, r in zip(outs, call_aten(sig, inputs)):
             torch.testing.assert_close(o.float(), r.float(), rtol=2e-2, atol=1e-3 * float(r.float().abs().mean()))
         (buf,) = run.kept_scratch().values()
         epoch, count = buf[-8:].view(torch.int32).tolist()
         assert (epoch, count) == (i, 0)
+
+
+# Note [the first copies a few at a time]: the first copies issued one or two at a time, with the joint relay and
+# with writers of their own, a prologue evaluated once, a group norm, more pieces a row than blocks
+RELAY_RAMP = [
+    (tc.softmax((64, 262144), "bfloat16"), {"pe": 16384, "nw": 16, "nc": 1, "k": 6, "lag": 3, "ramp": 1}),
+    (tc.softmax((5, 33000), "float16", log=True), {"pe": 4096, "nw": 8, "nc": 2, "k": 4, "lag": 2, "ramp": 2}),
+    (tc.softmax((2, 1100000), "float32"), {"pe": 2048, "nw": 8, "nc": 1, "k": 7, "writers": True, "ramp": 2}),
+    (tc.softmax_fused(SOFTCAP, [((3, 70000), "bfloat16")]),
+     {"pe": 8192, "nw": 16, "nc": 1, "k": 10, "lag": 4, "once": True, "ramp": 2}),
+    (tc.group_norm(1, 64, 200, 200, groups=8, dtype="bfloat16"), {"pe": 16384, "nw": 8, "nc": 1, "k": 7,
+                                                                   "writers": True, "ramp": 3}),
+]
+
+
+@pytest.mark.parametrize("case", RELAY_RAMP, ids=lambda c: f"{c[0].op.removeprefix('aten.')}-" +
+                         "x".join(map(str, c[0].inputs[0].spec.shape)) + f"-ramp{c[1]['ramp']}")
+def test_relay_with_a_ramp_passes_the_verifier(case):
+    card, knobs = case
+    base = {key: v for key, v in family_for(card).defaults(card, "relay").items() if key != "lag"}
+    check(card, {**base, **knobs})
+
+
+# Note [a tensor held on chip whole] (resident.py): the anchor shapes in both 16-bit types and as log_softmax, a last
+# block whose register packs run out inside its threads ([60, 270000] fp16), blocks with no packs at all ([1, 1064]:
+# two packs a block over 67 blocks), copies of 64 packs (up to 64 mbarriers), packs a block in two rows and in one,
+# 512 threads with four register packs, three register packs (spilling), the soft cap and a plain widening evaluated
+# once, in place
+RESIDENT = [
+    (tc.softmax((64, 262144), "bfloat16"), {}),
+    (tc.softmax((64, 262144), "float16", log=True), {}),
+    (tc.softmax((64, 248320), "bfloat16"), {}),
+    (tc.softmax((60, 270000), "float16"), {}),
+    (tc.softmax((1, 1064), "bfloat16"), {}),
+    (tc.softmax((3, 40008), "bfloat16", log=True), {"ch": 64}),
+    (tc.softmax((5, 70000), "float32"), {"ch": 128}),
+    (tc.softmax((64, 262144), "bfloat16"), {"nt": 512, "rpt": 4}),
+    (tc.softmax((64, 262144), "bfloat16"), {"rpt": 3, "ch": 2048}),
+    (tc.softmax((64, 262144), "bfloat16"), {"ch": 256}),
+    (tc.softmax_fused(SOFTCAP, [((1, 64, 262144), "bfloat16")]), {}),
+    (tc.softmax_fused(SOFTCAP, [((3, 70000), "bfloat16")]), {"nt": 256}),
+    (tc.softmax_fused("to_float32(x0)", [((7, 123456), "float16")]), {}),
+]
+
+
+@pytest.mark.parametrize("case", RESIDENT, ids=lambda c: f"{c[0].op.removeprefix('aten.')}-" +
+                         "x".join(map(str, c[0].inputs[0].spec.shape)) + f"-{c[0].inputs[0].spec.dtype}" +
+                         "".join(f"-{k}{v}" for k, v in c[1].items()))
+def test_resident_softmax_passes_the_verifier(case):
+    card, knobs = case
+    check(card, {**family_for(card).defaults(card, "resident"), **knobs})
+
+
+@pytest.mark.parametrize("case", [RESIDENT[0], RESIDENT[9]], ids=["softmax", "softcap"])
+def test_resident_launches_in_a_row_share_one_kept_scratch(case):
+    """Note [a tensor held on chip whole]: launches one after another reuse the kept scratch's marked partials; each
+    is right on new data, and each advances the epoch once and rearms the count."""
+    card, knobs = case
+    launches_in_a_row(card, {**family_for(card).defaults(card, "resident"), **knobs}, 200)
+
+
+def test_resident_softmax_is_captured_and_replayed_by_a_cuda_graph():
+    """The resident kernel's cooperative launch and its zeroed scratch inside a CUDA graph: right on new data at
+    every replay."""
+    card = tc.softmax((64, 262144), "bfloat16")
+    fam = family_for(card)
+    cand = fam.generate(card, fam.defaults(card, "resident"))
+    run = Launcher(card, cand, compile_candidate(cand, card.arch).cubin, DEV)
+    x = (torch.randn(64, 262144, device=DEV) * 4).bfloat16()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run([x])
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        (out,) = run([x])
+    for _ in range(3):
+        x.copy_(torch.randn(64, 262144, device=DEV) * 4)
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out.float(), torch.softmax(x.float(), -1), rtol=1e-2, atol=1e-6)
 
 
 # Note [a warp per output row]: channel tiles past C, position tails, a 7-tap halo, a bias, 2 and 4 vectors per

@@ -81,3 +81,18 @@ def test_the_launch_around_the_pipeline_is_read_from_the_block_marks_and_the_sta
                  "kernel_us": 7.5, "last_end_to_stamp_us": 1.5, "stamp_to_stamp_us": 10.5}
     with pytest.raises(ValueError, match="left no time"):
         trace_relay.block_summary(block, np.array([0, 11000], dtype=np.uint64), stamps)
+
+
+def test_the_resident_summary_reads_each_blocks_steps() -> None:
+    """Note [a tensor held on chip whole]: thread 0's marks of two blocks, two copies each, as quantiles over the
+    blocks in us from the first block's start; the last arrival is a block's latest copy."""
+    stamps = _stamps({(0, 0): (2000, 4000, 9000, 11000, 15000), (0, 1): (0, 6000, 8000, 0, 0),
+                      (1, 0): (2500, 5000, 9500, 11500, 15500), (1, 1): (0, 7000, 8500, 0, 0)})
+    block = np.array([[1000, 16000], [1000, 17000]], dtype=np.uint64)
+    s = trace_relay.resident_summary(stamps, block, chunks=2)
+    assert s["issued"]["p50"] == 1.25 and s["first_arrival"]["max"] == 4.0
+    assert s["last_arrival"]["p10"] == 5.1 and s["last_arrival"]["max"] == 6.0
+    assert s["folded"]["max"] == 7.5 and s["published"]["p50"] == 8.25 and s["resolved"]["max"] == 10.5
+    assert s["smem_written"]["p50"] == 14.25 and s["end"]["max"] == 16.0
+    with pytest.raises(ValueError, match="no start mark"):
+        trace_relay.resident_summary(stamps, np.zeros((2, 2), dtype=np.uint64), chunks=2)

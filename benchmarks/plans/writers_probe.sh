@@ -3,14 +3,7 @@
 # case: the root (first in every probe), the layouts around it, and the root's rival again last (the spread of one
 # layout timed twice). Run on the device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/writers_probe.sh    -> $OUT/probe_<part>/probe.json, $OUT/probe_<part>.log
-set -uo pipefail
-OUT=${OUT:-/tmp/kforge-out}; mkdir -p "$OUT"
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-probe() {  # probe PART SECONDS --only ... --params ...
-  local part=$1 secs=$2; shift 2
-  timeout "$secs" python3 benchmarks/probe_variants.py --out "$OUT/probe_$part" "$@" > "$OUT/probe_$part.log" 2>&1
-  grep -aE "^==|us .*bw|FAILED" "$OUT/probe_$part.log" | cut -c1-150
-}
+. benchmarks/plans/common.sh
 W8="strategy=relay,vec=8,pe=16384,nc=1,nw=8,writers=true"  # 2-byte elements: 32 KB pieces
 J8="strategy=relay,vec=8,pe=16384,nc=1,nw=16,lag=3"
 W4="strategy=relay,vec=4,pe=8192,nc=1,nw=8,writers=true"  # 4-byte elements: 32 KB pieces
@@ -32,12 +25,4 @@ probe sm32 "${TS:-60}" --only "=softmax [64,262144] fp32" \
 probe cap "${TS:-60}" --only "softcap softmax" \
   --params "${W8/pe=16384/pe=8192},k=10,once=true" --params "${W8/pe=16384/pe=8192},k=8,once=true" \
   --params "$W8,k=6,once=true" --params "strategy=relay,vec=8,pe=8192,nc=1,nw=16,k=10,lag=4,once=true"
-# one JSON list and one log (the device tool brings back only a few files)
-python3 - "$OUT" <<'PY'
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-rows = [r for p in sorted(out.glob("probe_*/probe.json")) for r in json.loads(p.read_text())]
-(out / "probe_writers.json").write_text(json.dumps(rows, indent=1))
-PY
-cat "$OUT"/probe_*.log > "$OUT/probe_writers.log" && rm -rf "$OUT"/probe_gn* "$OUT"/probe_sm* "$OUT"/probe_cap*
+collect writers

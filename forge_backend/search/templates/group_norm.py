@@ -140,7 +140,8 @@ def own_writers(card: OperatorCard, p: dict[str, Any]) -> dict[str, Any]:
     five 175.1), fp32 354.1 against 379.4 (six: 375.2); on the other five group norms probed 0.3-5% faster than
     ``p``, within the spread of one layout timed twice there (19.0 and 19.8 us at [2,1536,64,64] bf16)."""
     q = relay_writers(p)[1]
-    return more if valid(card, more := {**q, "k": 7}) else q
+    q = more if valid(card, more := {**q, "k": 7}) else q
+    return ramped if valid(card, ramped := {**q, "ramp": 2}) else q  # Note [the first copies a few at a time]
 
 
 def seeds(card: OperatorCard) -> list[dict[str, Any]]:

@@ -172,11 +172,14 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     warp, the slots within shared memory, a lag that leaves loads in flight and covers a block's other pieces of the
     same row (Note [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads
     them all)."""
-    if set(p) - {"strategy", "vec", "hold", "writers", *RELAY_KEYS}:
+    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", *RELAY_KEYS}:
         return False  # another strategy's knob (keep, tma, ...): nothing here reads it
     if p.get("hold", True) is not True or p.get("writers", True) is not True:
         return False  # flags (Notes [a row's last piece before the next row's first], [writers of their own]):
         # present (True) or absent
+    if "ramp" in p and not (isinstance(p["ramp"], int) and not isinstance(p["ramp"], bool)
+                            and 1 <= p["ramp"] < p.get("k", 0)):
+        return False  # Note [the first copies a few at a time]: fewer than the slots
     own = "writers" in p
     if own and "lag" in p:
         return False  # the writers wait for nothing but their piece's statistic: no lag
@@ -245,6 +248,9 @@ def relay_actions(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     acts += [(f"pieces {p['pe']} -> {q['pe']} in {q['k']} slots", q)
              for q in (relay_resized(p, 3, 2), relay_resized(p, 2, 3))]
     acts += [knob(p, "nw", p["nw"] * 3 // 2), knob(p, "nw", p["nw"] * 2 // 3), flag_knob(p, "hold"), relay_writers(p)]
+    acts += [knob(p, "ramp", r) for r in (1, 2) if r != p.get("ramp")]
+    if "ramp" in p:
+        acts.append((f"ramp {p['ramp']} -> off", {key: v for key, v in p.items() if key != "ramp"}))
     if "lag" in p:
         acts += [knob(p, "lag", p["lag"] + 1), knob(p, "lag", p["lag"] - 1)]
     return acts + [knob(p, "k", p["k"] + 1), knob(p, "k", p["k"] - 1)]
@@ -265,7 +271,7 @@ def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int
     pe = p["pe"]
     return {"PE": pe, "PPR": cdiv(cols, pe), "NPL": pe // (32 * p["vec"] * p["nw"]), "NW": p["nw"],
             "NC": p["nc"], "NT": relay_threads(p), "K": p["k"],
-            **({"LAG": p["lag"]} if "lag" in p else {}), "HEAD": _head(p, vbytes)}
+            **({"LAG": p["lag"]} if "lag" in p else {}), **({"RAMP": p["ramp"]} if "ramp" in p else {}), "HEAD": _head(p, vbytes)}
 
 
 def relay_scratch(rows: str, ppr: int) -> dict[str, tuple[str, bool, bool]]:
@@ -298,6 +304,8 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
     Knob ``writers`` (Note [writers of their own]): NW more warps write the pieces, and the consumers only reduce
     them.
 
+    Knob ``ramp`` (Note [the first copies a few at a time]): the first K copies go RAMP at a time.
+
     ``wrote_slot``: the consumers store into their share of the slot (Note [a prologue evaluated once, into its slot]
     in softmax.py), so before a slot is freed each lane orders its stores before the copy engine's next fill of it
     (fence.proxy.async)."""
@@ -306,6 +314,10 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
         if (t > 0 && (blockIdx.x + t * NB) / PPR != (blockIdx.x + (t - 1) * NB) / PPR)
           bar_wait(full + (t - 1) % K, (unsigned)((t - 1) / K) & 1u);  // the previous row's last piece arrived""" \
         if "hold" in p else ""
+    first = """      for (long long t = 0; t < K && t < n; ++t) {
+        if (t >= RAMP) bar_wait(full + (t - RAMP), 0u);  // Note [the first copies a few at a time]
+        issue(t);
+      }""" if "ramp" in p else "      for (long long t = 0; t < K && t < n; ++t) issue(t);"
     writers, consumers = (_writer_warps(reduce_piece, write_piece, prefetch, wrote_slot) if "writers" in p
                           else ("", _joint_warps(reduce_piece, write_piece, prefetch, fence)))
     return f"""
@@ -342,7 +354,7 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
                   full + t % K);
         KF_TRACE(true, 0, t);
       }};
-      for (long long t = 0; t < K && t < n; ++t) issue(t);
+{first}
       for (long long v = 0; v + K < n; ++v) {{
         bar_wait(empty + v % K, (unsigned)(v / K) & 1u);
         issue(v + K);
@@ -476,6 +488,21 @@ def _joint_warps(reduce_piece: str, write_piece: str, prefetch: str, fence: str)
 # resolve is not kept waiting behind them. Mixed, in the same runs as above: softmax [64,262144] bf16 23.8 us against
 # 24.3 twice, fp32 38.9 against 37.1 and 37.4; group norm [1,512,256,256] bf16 40.8 against 42.4 (the joint relay,
 # both), fp32 73.5 against 71.0. An action, never a root.
+# Note [the first copies a few at a time]
+# Knob ``ramp``: the loader issues its first K copies RAMP at a time, each once the copy RAMP before it has landed,
+# instead of all K at once. With every slot of every block requested at the start (25 MB at [64,262144] bf16), the
+# memory system serves them all together and the first piece lands as late as the rest: the relay's timeline
+# (benchmarks/trace_relay.py) has no write for the first 7.4-8.2 us of a 20.5 us kernel, and the resident kernel's
+# (Note [a tensor held on chip whole] in resident.py) first 16 KB copy landed 6.7 us after it was issued with 14 a
+# block in flight, 3.3 us with 4. A ramp only delays the loader's own copies behind its own earlier copies, so it
+# cannot deadlock (tests/test_relay_protocol.py runs the model with it).
+# Twenty-first session, same run per case, the root first and last (results/h200/probe_session21_ramp.json, from
+# benchmarks/plans/ramp_probe.sh): softmax [64,262144] bf16 23.4 us with a ramp of 1 (24.0, 24.0, 24.4 with 2, 3, 4)
+# against 24.2 and 24.3; fp32 36.0 (1), 36.3 (2) against 37.2 twice; the soft cap's relay once 34.3 (2), 34.8 (1),
+# 36.1 (4) against 35.7 and 36.2; group norm writers [1,512,256,256] bf16 35.5 (2), 36.3 (3) against 36.7 twice,
+# [1,512,128,128] fp32 20.6 (2) against 22.3 and 22.0, [1,128,1024,1024] fp32 355.3 (2) against 357.2 and 356.7.
+# So the roots take it: a ramp of 1 in the plain softmaxes' joint relay, 2 with a prologue evaluated once and in the
+# group norms' writers (softmax.defaults, group_norm.own_writers); ops run T has every such row on it.
 def _writer_warps(reduce_piece: str, write_piece: str, prefetch: str, wrote_slot: bool) -> tuple[str, str]:
     """Knob ``writers``: NW writer warps (NW + NC + 2 ...) write each piece as soon as its row is resolved, and the NW
     consumer warps only reduce, as soon as a piece arrives. Writer warp j writes the columns consumer warp j reduced

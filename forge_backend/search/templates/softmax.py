@@ -26,6 +26,9 @@ Strategies (``params["strategy"]``):
 * ``relay``   rows of >= 64 KB streamed through the whole GPU in pieces, one cooperative block per SM, each piece's
               (max, sum) relayed through a scratch kept between launches (Note [rows relayed through global
               memory], relay.py).
+* ``resident`` a tensor that fits on chip (about 60 MB of shared memory and registers over 132 SMs) read whole, one
+              cooperative block per SM, before anything is written (Note [a tensor held on chip whole],
+              resident.py). It lost to the relay everywhere it was probed: an action of the search, not a seed.
 
 Note [a chunk kept in part]
 ``cluster`` with ``cache=smem`` and ``keep`` (fewer packs per thread than its chunk has) keeps only its first ``keep``
@@ -67,9 +70,11 @@ from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACH
 from .fused import row_loader, row_prologue_dtype
 from .relay import (RELAY_HELPERS, relay_actions, relay_consts, relay_defaults, relay_kernel, relay_launch,
                     relay_scratch, relay_valid)
+from .resident import (resident_actions, resident_consts, resident_defaults, resident_kernel, resident_launch,
+                       resident_scratch, resident_valid)
 
 OPS = ("aten._softmax.default", "aten._log_softmax.default")
-STRATEGIES = ("group", "block", "cluster", "split", "pipe", "relay")
+STRATEGIES = ("group", "block", "cluster", "split", "pipe", "relay", "resident")
 
 
 def _fused_matches(card: OperatorCard) -> bool:
@@ -185,11 +190,13 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
             # (eleventh session's run G against the eighth's A0, ops_trees_session*.txt)
             vec = 2
         return {"strategy": "cluster", "vec": vec, "block": block, "cs": cs, "cache": cache, "stream": False}
-    if strategy == "relay":
-        p = relay_defaults(_relay_isz(card))
+    if strategy == "relay":  # Note [the first copies a few at a time] (relay.py): one at a time, two with once
+        p = {**relay_defaults(_relay_isz(card)), "ramp": 1}
         if _once_ok(card):  # Note [a prologue evaluated once, into its slot]: pieces of 16 KB, 10 slots, a lag of 4
-            p.update(pe=16384 // _relay_isz(card), k=10, lag=4, once=True)
+            p.update(pe=16384 // _relay_isz(card), k=10, lag=4, once=True, ramp=2)
         return p
+    if strategy == "resident":
+        return resident_defaults(rows, cols, _relay_isz(card))
     if strategy == "pipe":  # 64 KB chunks: 64 KB of prefetch registers and 64 KB of shared memory per block
         cs = next((c for c in (2, 4, 8, 16) if chunk_of(cols, c, vec) * isz <= 64 * 1024), 16)
         block = clamp(pow2_ceil(cdiv(chunk_of(cols, cs, vec), vec * 8)), 128, 1024)
@@ -219,8 +226,9 @@ def seeds(card: OperatorCard) -> list[dict[str, Any]]:
     root = root_params(card)
     kept = kept_seed(card)
     return [root] + ([kept] if kept is not None and kept != root else []) + \
-        [p for s in STRATEGIES if s != root["strategy"] and valid(card, p := defaults(card, s))
-         and not (s == "relay" and _fused(card) and "once" not in p)]  # Note [a prologue run from the relay's slots]
+        [p for s in STRATEGIES if s != root["strategy"] and s != "resident" and valid(card, p := defaults(card, s))
+         and not (s == "relay" and _fused(card) and "once" not in p)]  # Note [a prologue run from the relay's slots];
+    # the resident kernel lost everywhere it was timed (Note [a tensor held on chip whole]): an action only
 
 
 def kept_seed(card: OperatorCard) -> dict[str, Any] | None:
@@ -247,6 +255,9 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     s, vec, block = p.get("strategy"), p.get("vec", 0), p.get("block", 0)
     if "once" in p and not (p["once"] is True and s == "relay" and _once_ok(card)):
         return False  # Note [a prologue evaluated once, into its slot]
+    if s == "resident":  # Note [a tensor held on chip whole]: the relay's layout, a fused prologue evaluated once
+        return _relay_layout_ok(card, vec) and (not _fused(card) or _once_ok(card)) and \
+            resident_valid(p, rows, cols, _relay_isz(card))
     if s == "relay":  # Note [rows relayed through global memory]: rows of >= 64 KB of the input as it is in memory
         risz = _relay_isz(card)
         return cols * risz >= 64 * 1024 and _relay_layout_ok(card, vec) and \
@@ -332,6 +343,8 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
         once = {"once": True} if p.get("once") else {}  # the softmax's own knob rides along
         acts += [(label, {**q, **once}) for label, q in relay_actions(_relay_knobs(p))]
         acts.append(flag_knob(p, "once"))
+    if p["strategy"] == "resident":
+        acts += resident_actions(p)
     return filter_actions(card, p, acts, valid)
 
 
@@ -717,10 +730,9 @@ def _relay_layout_ok(card: OperatorCard, vec: int) -> bool:
 # the MIO pipe with the F2F roundings), so it was not kept.
 
 
-def _relay_header(card: OperatorCard, p: dict[str, Any]) -> str:
-    """``_header`` with T the relay's element as it is in memory, and ``xv(T) -> float``: the softmax's input (Note
-    [a prologue run from the relay's slots] for a fused card)."""
-    sizes = relay_consts(p, card.sizes["cols"])
+def _raw_header(card: OperatorCard, p: dict[str, Any], sizes: dict[str, int]) -> str:
+    """``_header`` with T the element as it is in memory (the relay's and the resident kernel's), and
+    ``xv(T) -> float``: the softmax's input (Note [a prologue run from the relay's slots] for a fused card)."""
     if not _fused(card):
         return _header(card, p, **sizes) + "\n__device__ __forceinline__ float xv(T v) { return to_f(v); }\n"
     return f"""{PREAMBLE}
@@ -765,7 +777,7 @@ def _relay_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
           stp<TO, VEC>(yr + col, o);
         }}
       }}"""
-    return _relay_header(card, p) + RELAY_HELPERS + """
+    return _raw_header(card, p, relay_consts(p, card.sizes["cols"])) + RELAY_HELPERS + """
 typedef float2 V;
 typedef MaxSum Op;
 __device__ __forceinline__ V ident() { return make_float2(-CUDART_INF_F, 0.f); }
@@ -773,6 +785,21 @@ __device__ __forceinline__ float2 pack_stat(V v) { return v; }  // (max, sum of 
 __device__ __forceinline__ V unpack_stat(float2 f, int) { return f; }
 """ + relay_kernel("softmax_relay", p, "const T* __restrict__ x, TO* __restrict__ y", _relay_reduce(once),
                    "\n          const float2 fin = a;", write, wrote_slot=once)
+
+
+def _resident_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
+    """Note [a tensor held on chip whole] (resident.py), a fused prologue evaluated once (``_once_ok``)."""
+    rows, cols = card.sizes["rows"], card.sizes["cols"]
+    val = "to_f(p.v[j]) - m - w" if log else "__expf(to_f(p.v[j]) - m) * w"
+    weight = "__logf(s)" if log else "1.f / s"
+    write = f"""
+      PO o;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});
+      stp<TO, VEC>(y + gp * VEC, o);"""
+    return _raw_header(card, p, resident_consts(p, rows, cols, _relay_isz(card))) + RELAY_HELPERS + f"""
+__device__ __forceinline__ float stat_weight(float s) {{ return {weight}; }}
+""" + resident_kernel("softmax_resident", "const T* __restrict__ x, TO* __restrict__ y", _fused(card), write)
 
 
 def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
@@ -804,6 +831,10 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
         args = _in_args(card) + ["out:0", "scratch:part", "i64:rows"]
         launches = [relay_launch("softmax_relay", p, args, _relay_isz(card))]
         src, scratch = _relay_source(card, p, log), relay_scratch("rows", ppr)
+    elif s == "resident":  # Note [a tensor held on chip whole]: one block per SM, every block resident
+        args = _in_args(card) + ["out:0", "scratch:part", "i64:rows"]
+        launches = [resident_launch("softmax_resident", p, args, rows, cols, _relay_isz(card))]
+        src, scratch = _resident_source(card, p, log), resident_scratch()
     else:
         grid = f"rows * {p['splits']}"
         launches = [launch("softmax_part", grid, block, _in_args(card) + ["scratch:part"]),
