@@ -43,7 +43,8 @@ extern "C" __global__ void read_bulk(const char* __restrict__ x, long long total
   const long long n = interleave ? (nk - blockIdx.x + nb - 1) / nb : max(0LL, last - first);
   if (threadIdx.x == 0) {
     for (int j = 0; j < depth; ++j)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"((unsigned)__cvta_generic_to_shared(bars + j)), "r"(1u) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
+                   :: "r"((unsigned)__cvta_generic_to_shared(bars + j)), "r"(1u) : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     auto issue = [&](long long i) {
       const int s = (int)(i % depth);
@@ -67,8 +68,7 @@ extern "C" __global__ void read_bulk(const char* __restrict__ x, long long total
   }
 }
 
-extern "C" __global__ void read_ldg(const uint4* __restrict__ x, long long nvec, int unroll,
-                                    unsigned long long* sink) {
+extern "C" __global__ void read_ldg(const uint4* __restrict__ x, long long nvec, unsigned long long* sink) {
   unsigned acc = 0;
   const long long stride = (long long)gridDim.x * blockDim.x;
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -126,7 +126,7 @@ def main() -> None:
                 rows.append({"kernel": "bulk", "layout": layout, "chunk": chunk, "depth": depth, "threads": 32,
                              "us": us, "gbps": total / us / 1e3})
     for blocks_per_sm, threads in ((1, 1024), (2, 1024), (4, 512)):
-        us = timed(lambda: ldg((sms * blocks_per_sm,), (threads,), (x, cp.int64(total // 16), cp.int32(4), sink)))
+        us = timed(lambda: ldg((sms * blocks_per_sm,), (threads,), (x, cp.int64(total // 16), sink)))
         rows.append({"kernel": "ldg", "layout": f"{blocks_per_sm} blocks/SM", "chunk": 16, "depth": 4,
                      "threads": threads, "us": us, "gbps": total / us / 1e3})
     y = cp.empty_like(x)

@@ -155,8 +155,8 @@ def resident_summary(stamps: np.ndarray, block: np.ndarray, chunks: int) -> dict
              "last_arrival": np.nanmax(arrivals, axis=1), "folded": us(stamps[:, 1, 2]),
              "published": us(stamps[:, 0, 2]), "resolved": us(stamps[:, 0, 3]), "smem_written": us(stamps[:, 0, 4]),
              "end": us(block[:, 1])}
-    return {k: dict(zip(("p10", "p50", "p90", "max"), (round(float(x), 3) for x in np.nanpercentile(v, [10, 50, 90, 100]))))
-            for k, v in steps.items()}
+    quantiles = lambda v: (round(float(x), 3) for x in np.nanpercentile(v, [10, 50, 90, 100]))  # noqa: E731
+    return {k: dict(zip(("p10", "p50", "p90", "max"), quantiles(v))) for k, v in steps.items()}
 
 
 def block_summary(block: np.ndarray, clock: np.ndarray, stamps: np.ndarray) -> dict[str, float]:

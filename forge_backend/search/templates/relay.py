@@ -177,16 +177,15 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     if p.get("hold", True) is not True or p.get("writers", True) is not True:
         return False  # flags (Notes [a row's last piece before the next row's first], [writers of their own]):
         # present (True) or absent
-    if "ramp" in p and not (isinstance(p["ramp"], int) and not isinstance(p["ramp"], bool)
-                            and 1 <= p["ramp"] < p.get("k", 0)):
-        return False  # Note [the first copies a few at a time]: fewer than the slots
     own = "writers" in p
     if own and "lag" in p:
         return False  # the writers wait for nothing but their piece's statistic: no lag
     pe, nw, nc, k, vec = (p.get(key) for key in ("pe", "nw", "nc", "k", "vec"))
-    lag = 0 if own else p.get("lag")
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (pe, nw, nc, k, lag, vec)):
+    lag, ramp = 0 if own else p.get("lag"), p.get("ramp", 1)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (pe, nw, nc, k, lag, vec, ramp)):
         return False
+    if "ramp" in p and not 1 <= ramp < k:
+        return False  # Note [the first copies a few at a time]: fewer than the slots
     if vec * isz != 16 or cols % vec or pe % (32 * vec * max(nw, 1)) or not 1024 <= pe * isz <= 128 * 1024:
         return False
     if not (1 <= nw and 1 <= nc <= 4 and relay_threads(p) <= 1024 and (own or 1 <= lag) and k <= 16):
@@ -271,7 +270,8 @@ def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int
     pe = p["pe"]
     return {"PE": pe, "PPR": cdiv(cols, pe), "NPL": pe // (32 * p["vec"] * p["nw"]), "NW": p["nw"],
             "NC": p["nc"], "NT": relay_threads(p), "K": p["k"],
-            **({"LAG": p["lag"]} if "lag" in p else {}), **({"RAMP": p["ramp"]} if "ramp" in p else {}), "HEAD": _head(p, vbytes)}
+            **({"LAG": p["lag"]} if "lag" in p else {}), **({"RAMP": p["ramp"]} if "ramp" in p else {}),
+            "HEAD": _head(p, vbytes)}
 
 
 def relay_scratch(rows: str, ppr: int) -> dict[str, tuple[str, bool, bool]]:

@@ -22,8 +22,8 @@ later reads each pack, and no copy engine writes the buffer again, so no fence i
 
 Measured (twenty-first session, one H200, same run as each case's relay root; results/h200/probe_session21_resident*
 and trace_session21_resident.*), it lost everywhere: softmax [64, 262144] bf16 28.0 us at best (46.0 at worst) over
-the layouts probed, against the relay's 24.1-24.3; [64, 248320] bf16 33.9-34.7 against 23.7; the soft cap 62.8-70.4 against 35.8-36.2; the
-sampling softmax bf16 -> fp32 58.9-65.4 against 33.0-33.6. The timeline of a block's thread 0 (35.4 us; 14 copies of
+the layouts probed, against the relay's 24.1-24.3; [64, 248320] bf16 33.9-34.7 against 23.7; the soft cap 62.8-70.4
+against 35.8-36.2; the sampling softmax bf16 -> fp32 58.9-65.4 against 33.0-33.6. The timeline of a block's thread 0 (35.4 us; 14 copies of
 16 KB issued at once) has the first copy landing at 8.2 us and the last at 16.9 (32 MiB read in about 15 us, 2.2
 TB/s), the fold of the last packs ending near 22 us, the statistics at 24 us and the writes at 31 us. A kernel that
 only reads 1 GiB reads at 4.2-4.3 TB/s, by bulk copies in either order or by plain loads (benchmarks/read_bandwidth.py,
@@ -44,7 +44,7 @@ from typing import Any
 from ...contract import Launch
 from .common import SMEM_LIMIT, SMS, cdiv, flag_knob, knob, launch
 
-RESIDENT_KEYS = ("nt", "rpt", "ch")  # and ``depth``, optional (Note [copies in flight])
+RESIDENT_KEYS = ("nt", "rpt", "ch")  # and, optional, ``depth`` and ``loader`` (Note [copies in flight])
 _STATIC_SMEM = 1024  # the kernel's own __shared__: mbarriers (<= 64), the reduction scratch, two statistics
 
 
@@ -79,15 +79,16 @@ def smem_packs(p: dict[str, Any], rows: int, cols: int, isz: int) -> int:
 def resident_valid(p: dict[str, Any], rows: int, cols: int, isz: int) -> bool:
     """Only the strategy's knobs, in range: 16-byte packs, rows of whole packs, a block's packs within two rows
     (EP <= a row's packs), the shared part within shared memory in at most 64 copies, at most 4 packs a thread in
-    registers (16 of its 64 registers at 1024 threads)."""
+    registers (16 of its 64 registers at 1024 threads); optionally 1-64 copies in flight (``depth``) and a loader
+    warp (``loader``, present or absent)."""
     if set(p) - {"depth", "loader"} != {"strategy", "vec", *RESIDENT_KEYS} or p.get("loader", True) is not True:
         return False
-    if "depth" in p and not (isinstance(p["depth"], int) and not isinstance(p["depth"], bool) and 1 <= p["depth"] <= 64):
-        return False
-    nt, rpt, ch, vec = (p[k] for k in ("nt", "rpt", "ch", "vec"))
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (nt, rpt, ch, vec)):
+    nt, rpt, ch, vec, depth = (p.get(k, 1) for k in ("nt", "rpt", "ch", "vec", "depth"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (nt, rpt, ch, vec, depth)):
         return False
     if vec * isz != 16 or cols % vec or nt not in (256, 512, 1024) or not 0 <= rpt <= 4 or not 64 <= ch <= 4096:
+        return False
+    if not 1 <= depth <= 64:
         return False
     ep, sp = block_packs(rows, cols, isz), smem_packs(p, rows, cols, isz)
     return ep <= cols // vec and sp <= _smem_packs_max() and cdiv(sp, ch) <= 64 and rows * cols < 2**40
@@ -108,8 +109,9 @@ def resident_actions(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 def resident_consts(p: dict[str, Any], rows: int, cols: int, isz: int) -> dict[str, int]:
     sp = smem_packs(p, rows, cols, isz)
     nch = max(1, cdiv(sp, p["ch"]))
-    return {"NT": p["nt"], "NCT": compute_threads(p), "RPT": p["rpt"], "CH": p["ch"], "EP": block_packs(rows, cols, isz), "SP": sp,
-            "NCH": nch, "DEPTH": min(nch, p.get("depth", nch)), "CP": cols // p["vec"], "NPK": rows * cols // p["vec"]}
+    return {"NT": p["nt"], "NCT": compute_threads(p), "RPT": p["rpt"], "CH": p["ch"],
+            "EP": block_packs(rows, cols, isz), "SP": sp, "NCH": nch, "DEPTH": min(nch, p.get("depth", nch)), "CP": cols // p["vec"],
+            "NPK": rows * cols // p["vec"]}
 
 
 def resident_launch(kernel: str, p: dict[str, Any], args: list[str], rows: int, cols: int, isz: int) -> Launch:
