@@ -7,7 +7,8 @@ compile searches the signatures it misses); kforge with the rest through Inducto
 time of a warm-cache kforge+Inductor compile next to a warm Inductor compile. Outputs are checked against eager.
 Times: the wall time per call of each configuration in interleaved rounds (``interleaved_ms``; ``inductor_again``
 times Inductor's model a second time in each round, so ``inductor_vs_itself`` says what the same code differs by),
-and the GPU time per forward from the profiler (``device_ms``: kernels only, no host time). ``gate_decisions``: what
+and the GPU time and launches per forward from the profiler (``device_work``: kernels only, no host time;
+``launches_per_forward`` counts kernels, copies and memsets per configuration). ``gate_decisions``: what
 the Inductor gate compared for each node of the kforge+Inductor compile that has a kernel (Note [what replacing a node
 costs inside Inductor]).
 Writes models.json/.md under --out (models_check with --check, models_<mode> with --mode), one row at a time, so a
@@ -106,18 +107,31 @@ def interleaved_ms(fns: dict, inputs, rounds: int = 8, reps: int | None = None) 
     return samples
 
 
-def device_ms(fns: dict, inputs, rounds: int = 3, iters: int = 3) -> dict[str, float]:
-    """Per configuration, the median over ``rounds`` (in ``round_orders``) of its GPU time per forward: the sum of the
-    device time of every kernel, copy and memset it ran (torch.profiler, ``profile_kernels.per_kernel``). Host time is
-    not in it, so two configurations that launch the same kernels read the same however busy the host is; the wall
-    times (``interleaved_ms``) are what a caller waits."""
+@dataclasses.dataclass(frozen=True)
+class DeviceWork:
+    """One configuration's GPU work per forward, from the profiler: ``ms`` of device time and the ``launches`` behind it
+    (kernels, copies and memsets). In a host-bound model each launch is host time, so a configuration that launches
+    more can wait longer with less GPU time."""
+
+    ms: float
+    launches: float
+
+
+def device_work(fns: dict, inputs, rounds: int = 3, iters: int = 3) -> dict[str, DeviceWork]:
+    """Per configuration, the median over ``rounds`` (in ``round_orders``) of its GPU time per forward (the sum of the
+    device time of every kernel, copy and memset it ran: torch.profiler, ``profile_kernels.per_kernel``) and of its
+    launches per forward. Host time is not in it, so two configurations that launch the same kernels read the same
+    however busy the host is; the wall times (``interleaved_ms``) are what a caller waits."""
     from profile_kernels import kernel_table
 
-    samples: dict = {name: [] for name in fns}
+    ms: dict = {name: [] for name in fns}
+    launches: dict = {name: [] for name in fns}
     for order in round_orders(list(fns), rounds):
         for name in order:
-            samples[name].append(sum(r["us_per_forward"] for r in kernel_table(fns[name], inputs, iters)) / 1e3)
-    return {name: statistics.median(v) for name, v in samples.items()}
+            table = kernel_table(fns[name], inputs, iters)
+            ms[name].append(sum(r["us_per_forward"] for r in table) / 1e3)
+            launches[name].append(sum(r["calls_per_forward"] for r in table))
+    return {name: DeviceWork(statistics.median(ms[name]), statistics.median(launches[name])) for name in fns}
 
 
 def ratio_range(base: list[float], new: list[float]) -> list[float]:
@@ -245,7 +259,8 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
         reps = slot_reps(configs, inputs)
         rounds = interleaved_ms(configs, inputs, reps=reps)
         ms = {name: statistics.median(v) for name, v in rounds.items()}
-        gpu_ms = device_ms({k: fn for k, fn in configs.items() if k != "inductor_again"}, inputs)
+        work = device_work({k: fn for k, fn in configs.items() if k != "inductor_again"}, inputs)
+        gpu_ms = {k: w.ms for k, w in work.items()}
         call_counters = dict(counters["kforge"])  # kernel calls and layout fallbacks while timing
         if profile_dir is not None:
             stem = Path(spec.partition("::")[0]).stem
@@ -277,6 +292,7 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
             "eager_device_ms": gpu_ms["eager"], "inductor_device_ms": gpu_ms["inductor"],
             "kforge_eager_device_ms": gpu_ms["kforge_eager"], "kforge_inductor_device_ms": gpu_ms["kforge_inductor"],
             "kforge_inductor_vs_inductor_device": gpu_ms["inductor"] / gpu_ms["kforge_inductor"],
+            "launches_per_forward": {k: w.launches for k, w in work.items()},
             "cold_compile_s": cold, "warm_compile_s": kf_warm, "inductor_compile_s": ind_compile,
             "inductor_warm_compile_s": ind_warm, "replaced_ops": sum(len(r.replaced) for r in reports),
             "kernels_beating_eager": beating, "replaced_keys": sorted(keys),

@@ -94,19 +94,23 @@ def test_per_kernel_sums_device_events_by_name_per_forward():
         {"kernel": "softmax", "us_per_forward": 2.5, "calls_per_forward": 0.5}]
 
 
-def test_device_ms_is_the_median_round_of_each_configuration(monkeypatch):
+def test_device_work_is_the_median_round_of_each_configuration(monkeypatch):
     import profile_kernels
 
     seen, per_call = [], {"a": iter([3000.0, 1000.0, 2000.0, 2000.0]), "b": iter([500.0, 700.0, 600.0, 600.0])}
+    calls = {"a": iter([2.0, 2.0, 3.0, 2.0]), "b": iter([5.0, 7.0, 7.0, 6.0])}
     fns = {"a": lambda: "a", "b": lambda: "b"}
 
     def fake_table(fn, inputs, iters):
         name = fn()
         seen.append(name)
-        return [{"kernel": "k", "us_per_forward": next(per_call[name]), "calls_per_forward": 1.0}]
+        n = next(calls[name])
+        return [{"kernel": "k", "us_per_forward": next(per_call[name]) - 100.0, "calls_per_forward": n - 1.0},
+                {"kernel": "memset", "us_per_forward": 100.0, "calls_per_forward": 1.0}]
 
     monkeypatch.setattr(profile_kernels, "kernel_table", fake_table)
-    assert bench_models.device_ms(fns, (), rounds=3) == {"a": 2.0, "b": 0.6}  # 3 asked: 4, whole rotations
+    got = bench_models.device_work(fns, (), rounds=3)  # 3 asked: 4, whole rotations
+    assert got == {"a": bench_models.DeviceWork(2.0, 2.0), "b": bench_models.DeviceWork(0.6, 6.5)}
     assert seen == ["a", "b", "b", "a", "a", "b", "b", "a"]  # rotated each round
 
 

@@ -174,3 +174,30 @@ def test_ab_replace_drops_the_named_layout_and_records_what_ran() -> None:
     assert {v["op"] for v in seen.values()} == {"aten.div.Tensor", "aten.native_group_norm.default"}
     assert ab_replace.op_layouts(model, (x,))[1] == "aten.clone.default ['C'] -> ['CL@0']"
     assert ab_replace.layout_of([288, 1, 48, 8], [1, 8, 6, 6]) == "channels_last"
+
+
+def test_worker_vs_graph_names_one_row_and_takes_the_rows_tensors_only_in_the_cards_order(monkeypatch,
+                                                                                           capsys) -> None:
+    """benchmarks/worker_vs_graph.py: ``--row`` must name one ops row (it compares one kernel); the in-process launcher
+    is handed the row's own tensors only when they are the card's inputs in order, with the card's strides."""
+    import torch
+
+    import worker_vs_graph
+    from template_cards import group_norm
+
+    assert worker_vs_graph.the_row("group_norm [2, 1536, 64, 64] float32").shape == (2, 1536, 64, 64)
+    with pytest.raises(SystemExit, match="matches 2"):
+        worker_vs_graph.the_row("group_norm [2, 1536")
+    with pytest.raises(SystemExit, match="matches 0"):
+        worker_vs_graph.the_row("group_norm [3, 1536")
+    card = group_norm(2, 64, 8, 8)
+    x, w, b = torch.randn(2, 64, 8, 8), torch.randn(64), torch.randn(64)
+    assert worker_vs_graph.same_tensors([x, w, b], card)
+    assert not worker_vs_graph.same_tensors([w, x, b], card)  # another order
+    assert not worker_vs_graph.same_tensors([x.to(torch.bfloat16), w, b], card)
+    assert not worker_vs_graph.same_tensors([x.contiguous(memory_format=torch.channels_last), w, b], card)
+    assert not worker_vs_graph.same_tensors([x, w], card)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(sys, "argv", ["worker_vs_graph.py", "--row", "=group_norm [2, 1536, 64, 64] float32"])
+    worker_vs_graph.main()
+    assert "needs a CUDA GPU" in capsys.readouterr().out

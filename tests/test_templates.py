@@ -498,6 +498,26 @@ def test_relay_group_norm_takes_groups_as_rows() -> None:
     assert "wv[" not in plain and "(to_f(p.v[j]) - m_r) * r_r" in plain  # no weights: nothing to load
 
 
+def test_four_byte_group_norms_try_half_the_reducers_second() -> None:
+    """group_norm.fewer_reducers: for fp32 groups the seed right after the root is the root with half its reducer and
+    writer warps (it won [2,1536,64,64] fp32 by 3.5% in the twenty-second session's probe); bf16 groups, where it
+    lost, do not get it. Its label tells it apart from the root's, so the search proposes it."""
+    from forge_backend.search.templates import group_norm as gn
+
+    card = tc.group_norm(2, 1536, 64, 64)
+    root = gn.root_params(card)
+    assert root["strategy"] == "relay" and root["writers"] and root["nw"] == 8
+    half = gn.seeds(card)[1]
+    assert half == {**root, "nw": 4} and gn.valid(card, half)
+    (w,), _ = resolve_plan(gn.generate(card, half), card.sizes, card.floats)
+    assert w.block == (11 * 32, 1, 1)  # 4 reducers, 1 resolver, the loader, the publisher, 4 writers
+    assert gn.seeds(card)[2] == gn.defaults(card, "relay")  # then the relay without writers, as for bf16
+    labels = seed_labels(gn.seeds(card))
+    assert len(set(labels)) == len(labels) and "nw=4" in labels[1]
+    bf16 = tc.group_norm(2, 1536, 64, 64, dtype="bfloat16")
+    assert gn.root_params(bf16)["nw"] == 8 and not any(q.get("writers") and q["nw"] == 4 for q in gn.seeds(bf16))
+
+
 def test_group_norm_cluster_keeps_each_group_on_one_cluster() -> None:
     """strategy=cluster: one cluster of cs blocks per group, the chunk in registers (or shared memory, which the
     launch then asks for); a group too big for 16 blocks' registers or shared memory has no cluster variant."""

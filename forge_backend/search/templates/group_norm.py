@@ -149,10 +149,27 @@ def seeds(card: OperatorCard) -> list[dict[str, Any]]:
     others = [p for s in STRATEGIES if s != root["strategy"] and valid(card, p := defaults(card, s))]
     # the kept-in-part cluster right after the root: it won every probe of the groups it is made for, and an
     # 8-iteration search (a compile's default) only reaches its first three or four seeds; behind a root with
-    # writers of their own, the relay without them, which it replaced (ties on three of six rows)
+    # writers of their own, the relay without them, which it replaced (ties on three of six rows), and for 4-byte
+    # groups the root with half its reducers (fewer_reducers)
     kept = kept_seed(card)
     joint = defaults(card, "relay") if "writers" in root else None
-    return [root] + [p for p in (joint, kept) if p is not None and p != root and valid(card, p)] + others
+    return [root] + [p for p in (fewer_reducers(card, root), joint, kept)
+                     if p is not None and p != root and valid(card, p)] + others
+
+
+def fewer_reducers(card: OperatorCard, root: dict[str, Any]) -> dict[str, Any] | None:
+    """For 4-byte groups, the root with writers of their own (own_writers) with half its reducer and writer warps.
+    Twenty-second session, same run per case, against the root timed first and last (probe_session22_gn_fp32.json):
+    [2,1536,64,64] fp32 27.7 us against 28.7 and 28.9; [1,512,128,128] fp32 20.8 against 20.8 and 20.0;
+    [1,128,1024,1024] fp32 360.3 against 352.5 and 353.1. In the searches of ops run U (ops_session22_gn_fp32.json),
+    against the root in the same search: 21.4 against 22.1 us at [1,512,128,128] and 68.6 against 70.3 at
+    [1,512,256,256] (the winner at both, as at [1,512,256,256] in run T), 29.2 against 28.5 at [2,1536,64,64], 139.6
+    against 136.8 at [1,256,512,512], 359.7 against 355.3 at [1,128,1024,1024]: it wins on groups of 1-4 MB and
+    ties or loses by 1-2% elsewhere. In bf16 it lost ([2,1536,64,64] bf16, twentieth session: 54.7% of the copy
+    bandwidth against the root's 63.2%), so it is a seed of 4-byte groups only, second in line, not a root."""
+    if "writers" not in root or main_itemsize(card) != 4 or root["nw"] < 8:
+        return None
+    return {**root, "nw": root["nw"] // 2}
 
 
 def kept_seed(card: OperatorCard) -> dict[str, Any] | None:

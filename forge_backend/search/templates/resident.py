@@ -28,8 +28,13 @@ against 35.8-36.2; the sampling softmax bf16 -> fp32 58.9-65.4 against 33.0-33.6
 TB/s), the fold of the last packs ending near 22 us, the statistics at 24 us and the writes at 31 us. A kernel that
 only reads 1 GiB reads at 4.2-4.3 TB/s, by bulk copies in either order or by plain loads (benchmarks/read_bandwidth.py,
 read_bandwidth_session21_1024mib.md; 3.7-3.9 TB/s at 256 MiB, times that hold CuPy's launch, so bounds), so these
-reads ran at about half the DRAM's rate, and why is open; the reads and the writes, one after the other, pay both
-phases in full. Copies a few at a time (Note [copies in flight]) brought the first
+reads ran at about half the DRAM's rate at that size. The twenty-second session measured reads of this size alone, the
+start event queued behind the flush (read_bandwidth_session22_32mib.md, _64mib.md): 32 MiB read in 11.6-11.8 us by
+events (2.85-2.89 TB/s, the kernel's launch on the GPU included), by bulk copies of 16 or 32 KB, 2-6 in flight, in
+either order, or by plain loads; 64 MiB in 18.8-19.1 us (3.5 TB/s); a copy of 32 MiB into 32 MiB in 17.8 us. So much of
+the gap is the size: a kernel that reads 32 MB before it writes any of it needs about 11.7 us to read, plus about 8 to
+write, and cannot reach 80% of the copy bandwidth at [64, 262144] bf16 (19.7 us) however it reads; the reads and the
+writes, one after the other, pay both phases in full. Copies a few at a time (Note [copies in flight]) brought the first
 landing to 4.4 us and the kernel to 28.0 us at best (512 threads, two copies in flight); a loader warp of its own did
 not help (30.5-34.3 us). So this is an action of the softmax's search (``strategy -> resident``), not a seed.
 
