@@ -87,6 +87,8 @@ def main() -> None:
     if len(keys) != 1:
         raise SystemExit(f"{row.name}: the compile replaced {len(keys)} nodes; this tool compares one kernel")
     rec = LocalStore(cache).get(keys[0])
+    if rec is None or rec.candidate is None:
+        raise SystemExit(f"{row.name}: no kernel record for the replaced node's key {keys[0][:16]}...")
     card, cand = rec.card_obj(), rec.candidate_obj()
     major, minor = torch.cuda.get_device_capability(dev)
     cubin = compile_candidate(cand, f"sm_{major}{minor}", cache).cubin
