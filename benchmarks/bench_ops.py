@@ -48,6 +48,12 @@ def _nbytes(ts) -> int:
     return sum(t.numel() * t.element_size() for t in _tensors(ts))
 
 
+def kforge_options(iterations: int, cache_dir: Path) -> dict:
+    """How a row's kforge is compiled: the rest of the graph eager, pointwise groups fused, ``iterations`` of search."""
+    return {"search_iterations": iterations, "search_seconds": 300, "cache_dir": cache_dir, "inner": "eager",
+            "fuse_pointwise": True}
+
+
 def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device,
               trees_dir: Path) -> tuple[dict, list[dict]]:
     from forge_backend.backend import make_backend
@@ -68,8 +74,7 @@ def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device,
         torch._dynamo.reset()
         reports = []
         kf = torch.compile(fn, backend=make_backend(on_report=reports.append),
-                           options={"search_iterations": iterations, "search_seconds": 300, "cache_dir": cache_dir,
-                                    "inner": "eager", "fuse_pointwise": True})
+                           options=kforge_options(iterations, cache_dir))
         t0 = time.perf_counter()
         got = kf(*inputs)
         search_s = time.perf_counter() - t0

@@ -29,7 +29,7 @@ def busy_for(timer, ms: float) -> None:
     end = time.perf_counter() + ms / 1e3
     while time.perf_counter() < end:
         for _ in range(8):
-            timer._flush_l2()
+            timer.flush_l2()
         torch.cuda.synchronize(timer.device)
 
 

@@ -253,7 +253,7 @@ def main() -> None:
             torch.cuda.synchronize()
             for ptr, size in glob.values():
                 _check(drv.cuMemsetD8(ptr, 0, size) + (None,), "cuMemsetD8")
-            timer._flush_l2()
+            timer.flush_l2()
             stream = torch.cuda.current_stream().cuda_stream
             for i in (0, 1):
                 arg = ctypes.c_int(i)

@@ -29,6 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_models import round_orders  # noqa: E402
+from bench_ops import kforge_options  # noqa: E402
 from harness import environment, name_matches, write_results  # noqa: E402
 from rows import ROWS  # noqa: E402
 
@@ -79,8 +80,7 @@ def main() -> None:
     fn, inputs = row.build(dev)
     reports = []
     kf = torch.compile(fn, backend=make_backend(on_report=reports.append),
-                       options={"search_iterations": args.iterations, "cache_dir": cache, "inner": "eager",
-                                "fuse_pointwise": True})
+                       options=kforge_options(args.iterations, cache))
     with torch.no_grad():
         kf(*inputs)
     keys = [key for r in reports for _, key, _ in r.replaced]

@@ -46,7 +46,8 @@ class Timer:
         self._flush = torch.zeros(flush_bytes // 4, dtype=torch.int32, device=device)
         self._sink = torch.empty((), dtype=torch.int64, device=device)
 
-    def _flush_l2(self) -> None:
+    def flush_l2(self) -> None:
+        """Evict the L2 as before each timed repeat (Note [why flush before each repeat]); queued, not waited for."""
         if self.flush == "write":
             self._flush.fill_(0)
         else:
@@ -59,7 +60,7 @@ class Timer:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         for s, e in zip(starts, ends):
-            self._flush_l2()
+            self.flush_l2()
             s.record()
             fn()
             e.record()

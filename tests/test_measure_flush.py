@@ -9,7 +9,7 @@ from forge_backend.measure import Timer
 def test_flush_methods_run(flush):
     timer = Timer(torch.device("cpu"), flush_bytes=4096, flush=flush)
     timer._flush.fill_(3)
-    timer._flush_l2()
+    timer.flush_l2()
     assert int(timer._flush[0]) == (0 if flush == "write" else 3)  # a read flush leaves the buffer as it was
 
 
