@@ -137,7 +137,11 @@ def conv_variants() -> list[dict[str, Any]]:
     chunks = list(grid(strategy="chunks", tl=[128, 256, 512], tc=[16, 32, 64, 128], block=[128, 256, 512], vec=8))
     # Note [a warp's stores along one row] (`--strategy chunks`)
     rowfast = list(grid(strategy="chunks", tl=[64, 128, 256], tc=[64, 128], block=[128, 256], vec=8, rowfast=True))
-    return out + chunks + [{**p, "direct": True} for p in chunks] + rowfast
+    # Note [a block's channel rows as one flat run] (`--strategy flat`)
+    flat = list(grid(strategy="flat", g=[8, 16, 32], block=[256, 512], ld=[4, 8], vec=8))
+    # Note [the next run's loads in flight] (`--strategy flat`)
+    flat += list(grid(strategy="flat", g=[8, 16, 32], block=[256, 512], pipe=True, vec=8))
+    return out + chunks + [{**p, "direct": True} for p in chunks] + rowfast + flat
 
 
 def two_wave_variants() -> list[dict[str, Any]]:

@@ -678,10 +678,11 @@ def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
     window = {"strategy": "window", "tl": 64, "tc": 64, "vec": 8, "r": 8}
     rows = {"strategy": "rows", "tl": 128, "tc": 32, "block": 256, "vec": 8}  # Note [a warp per output row]
     pairs = {"strategy": "rows", "tl": 256, "tc": 16, "block": 128, "vec": 8, "lp": 2}  # [two positions per lane]
-    assert conv.matches(card) and conv.root_params(card) == pairs  # 16-byte channel loads, rows of output positions
+    flat = {"strategy": "flat", "g": 16, "block": 512, "ld": 8, "vec": 8}  # [a block's channel rows as one flat run]
+    assert conv.matches(card) and conv.root_params(card) == flat  # 16-byte channel loads, one contiguous output
     # Note [a window of positions in registers]
     chunks = {"strategy": "chunks", "tl": 128, "tc": 64, "block": 128, "vec": 8, "rowfast": True}
-    assert conv.seeds(card) == [pairs, chunks, rows, {**plain, "vec": 8}, window, plain]
+    assert conv.seeds(card) == [flat, pairs, chunks, rows, {**plain, "vec": 8}, window, plain]
     cand = conv.generate(card, {**plain, "vec": 8})
     assert "constexpr int XC_FAST = 1;" in cand.source and "constexpr int YL_FAST = 1;" in cand.source
     assert "ldp<T, 8>(x + n * XS0 + c + l * XS2)" in cand.source and cand.requires_align == 16

@@ -479,6 +479,33 @@ CONV_CHUNKS = [
 ]
 
 
+# Note [a block's channel rows as one flat run]: Qwen's rows, odd rows at every phase of a vector and two samples
+# (runs that start mid-vector), rows shorter than a vector, fp32 and fp16 vectors, a bias, K of 2, 3 and 4, padding
+# past K - 1 (zeros after a row's inputs), groups of 8 and 32, every block size and loads per thread
+CONV_FLAT = [
+    (tc.causal_conv1d(8192, 2048, k=4, dtype="bfloat16"), {"g": 16, "block": 256, "ld": 8}),
+    (tc.causal_conv1d(8192, 2048, k=4, dtype="bfloat16"), {"g": 32, "block": 512, "ld": 16}),
+    (tc.causal_conv1d(104, 131, k=4, dtype="bfloat16", batch=2), {"g": 8, "block": 128, "ld": 4}),
+    (tc.causal_conv1d(96, 37, k=4, dtype="float32", bias=True), {"g": 16, "block": 256, "ld": 8}),
+    (tc.causal_conv1d(40, 73, k=3, dtype="float16", bias=True, batch=3), {"g": 8, "block": 512, "ld": 16}),
+    (tc.causal_conv1d(64, 5, k=2, dtype="bfloat16", padding=3), {"g": 32, "block": 128, "ld": 8}),
+    (tc.causal_conv1d(48, 61, k=3, dtype="float32", padding=4, batch=2), {"g": 8, "block": 256, "ld": 4}),
+    # Note [the next run's loads in flight]: blocks that walk several runs, a grid with a last walk shorter than the
+    # others, runs at every phase in one block's two spaces
+    (tc.causal_conv1d(8192, 2048, k=4, dtype="bfloat16"), {"g": 16, "block": 512, "pipe": True}),
+    (tc.causal_conv1d(8192, 2048, k=4, dtype="bfloat16"), {"g": 8, "block": 256, "pipe": True}),
+    (tc.causal_conv1d(104, 131, k=4, dtype="bfloat16", batch=3), {"g": 8, "block": 128, "pipe": True}),
+    (tc.causal_conv1d(96, 37, k=4, dtype="float32", bias=True), {"g": 8, "block": 128, "pipe": True}),
+]
+
+
+@pytest.mark.parametrize("case", CONV_FLAT, ids=lambda c: "x".join(map(str, c[0].inputs[0].spec.shape)) +
+                         f"-g{c[1]['g']}" + ("-pipe" if c[1].get("pipe") else ""))
+def test_conv_flat_passes_the_verifier(case):
+    card, params = case
+    check(card, {"strategy": "flat", "vec": 16 // (4 if card.inputs[0].spec.dtype == "float32" else 2), **params})
+
+
 @pytest.mark.parametrize("case", CONV_CHUNKS, ids=lambda c: "x".join(map(str, c[0].inputs[0].spec.shape)) +
                          "".join(f"-{k}" for k in ("direct", "rowfast") if c[1].get(k)))
 def test_conv_chunks_pass_the_verifier(case):

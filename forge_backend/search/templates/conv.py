@@ -7,8 +7,8 @@ ATen runs it with a generic depthwise kernel: 178 us per call for [1, 8192, 2048
 H200 (benchmarks/results/h200/kernels_qwen35_moe_inductor.txt), where the bytes allow 16 us. The input is often a
 transposed view ([B, L, C] in memory), so the op is a transpose as well as a convolution.
 
-Four strategies. Each computes a tile of TL positions x TC channels of one sample per block, with fp32 sums over k in
-ascending order, rounded once.
+Five strategies. The first four compute a tile of TL positions x TC channels of one sample per block, with fp32 sums
+over k in ascending order, rounded once.
 - ``tile``: the block loads the input tile with its TL + K - 1 halo into shared memory with consecutive threads
   along the input's unit-stride dim (channels or positions), then computes and stores with consecutive threads
   along the output's unit-stride dim, so both the loads and the stores coalesce whatever the layouts.
@@ -22,6 +22,10 @@ ascending order, rounded once.
 - ``chunks`` (channels-fast input, positions-fast output; Note [output chunks aligned per channel row]): a thread
   takes a 16-byte vector of channels and a chunk of positions, and stores each channel's chunk as one 16-byte vector,
   every row's chunks shifted to start on a vector boundary.
+- ``flat`` (channels-fast input, contiguous output; Note [a block's channel rows as one flat run]): a block takes G
+  whole output rows, which lie in memory as one run, puts their inputs in shared memory laid out as that run with the
+  padding's zeros between the rows, and stores the run as aligned 16-byte vectors, one per thread, whatever the rows'
+  length: no store is partial and no sector is shared between blocks' stores except at a run's two ends.
 
 On the H200 (tenth session, benchmarks/results/h200/ops.json, row ``causal_conv1d``, run F): the rows with two
 positions per lane ran 30.4 us against Inductor's 193.1 us and eager's 299.3 us, at 52% of the copy bandwidth; inside
@@ -35,8 +39,9 @@ from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
-from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, STATIC_SMEM_LIMIT, align_of, cdiv, consts, filter_actions,
-                     flag_knob, input_spec, launch, make_candidate, output_spec, scale_knob, typedefs)
+from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, SMEM_LIMIT, SMS, STATIC_SMEM_LIMIT, align_of, cdiv, consts,
+                     filter_actions, flag_knob, input_spec, launch, make_candidate, output_spec, scale_knob, typedefs)
+from .conv_flat import FLAT_KERNEL, FLAT_PIECES, FLAT_PIPE_KERNEL
 
 OP = "aten.convolution.default"
 MAX_K = 32
@@ -97,6 +102,78 @@ def _chunks_ok(card: OperatorCard, p: dict[str, Any], k: int) -> bool:
     return block in (64, 128, 256, 512) and block <= (p["tl"] // vec) * (p["tc"] // vec)
 
 
+FLAT_KEYS = frozenset({"strategy", "g", "block", "ld", "pipe", "vec"})
+SM_SMEM = 228 * 1024  # shared memory of one SM (sm_90), of which each resident block also takes 1 KB
+MAX_FLAT_LOADS = 16  # 16-byte loads a thread holds in flight (LD, or a whole run with ``pipe``)
+
+
+def _flat_zs(card: OperatorCard, p: dict[str, Any]) -> int:
+    """Elements of one shared run of ``flat``: its G rows' inputs with their zeros (G * L_out), the K - 1 zeros the
+    last row's last outputs read, and room for the run's phase in a vector and the neighbour vector the last output
+    vector reads (Note [a block's channel rows as one flat run])."""
+    _, _, _, l_out, k, _ = _dims(card)
+    return cdiv(p["g"] * l_out + k - 1 + 3 * p["vec"], p["vec"]) * p["vec"]
+
+
+def _flat_ws_bytes(p: dict[str, Any], k: int) -> int:
+    """Bytes of one run's weights and biases (fp32, G x (K + 1)), rounded up to 16."""
+    return cdiv(p["g"] * (k + 1) * 4, 16) * 16
+
+
+def _flat_buffers(p: dict[str, Any]) -> int:
+    """Runs a block holds in shared memory: two with ``pipe`` (Note [the next run's loads in flight]), else one."""
+    return 2 if p.get("pipe") else 1
+
+
+def _flat_smem(card: OperatorCard, p: dict[str, Any]) -> int:
+    one = _flat_ws_bytes(p, _dims(card)[4]) + _flat_zs(card, p) * ITEMSIZE[input_spec(card, "input").dtype]
+    return _flat_buffers(p) * one
+
+
+def _flat_loads(card: OperatorCard, p: dict[str, Any]) -> int:
+    """16-byte loads a thread holds at once: LD, or with ``pipe`` every load of a run."""
+    return cdiv(_dims(card)[2] * (p["g"] // p["vec"]), p["block"]) if p.get("pipe") else p.get("ld", 0)
+
+
+def _flat_min_blocks(card: OperatorCard, p: dict[str, Any]) -> int:
+    """Blocks a ``flat`` kernel asks to fit on one SM (``__launch_bounds__``): as many as shared memory allows, but
+    never a register bound under 64 a thread, or with ``pipe`` under 64 plus the next run's loads (held through the
+    current run's stores: four registers each)."""
+    regs = 64 + (4 * _flat_loads(card, p) if p.get("pipe") else 0)
+    return max(1, min(SM_SMEM // (_flat_smem(card, p) + 1024), 65536 // (p["block"] * regs)))
+
+
+def _flat_grid(card: OperatorCard, p: dict[str, Any]) -> int:
+    """A block per run, or with ``pipe`` as many blocks as fit on the GPU at once, each walking runs."""
+    n, c = _dims(card)[:2]
+    runs = n * (c // p["g"])
+    return min(runs, SMS * _flat_min_blocks(card, p)) if p.get("pipe") else runs
+
+
+def _flat_ok(card: OperatorCard, p: dict[str, Any]) -> bool:
+    """Note [a block's channel rows as one flat run]: 16-byte channel loads of a channels-fast input, a contiguous
+    output (a block's rows are one run), padding that covers the kernel's reach past a row (K - 1 <= padding: a row's
+    last outputs read the next row's leading zeros), an output vector's inputs within two vectors (K <= vec + 1) and
+    its outputs in at most two rows (L_out >= vec), whole groups of G channels, runs that fit in shared memory and
+    loads that fit in registers. With ``pipe`` (Note [the next run's loads in flight]) LD is every load of a run and
+    no knob."""
+    n, c, _, l_out, k, pad = _dims(card)
+    x, y = input_spec(card, "input"), output_spec(card, 0)
+    vec, g = p.get("vec", 0), p.get("g", 0)
+    if set(p) - FLAT_KEYS or vec * ITEMSIZE[x.dtype] != 16 or not _channels_fast(card):
+        return False
+    if c % vec or x.stride[0] % vec or x.stride[2] % vec or k - 1 > pad or k > vec + 1 or l_out < vec:
+        return False
+    if tuple(y.stride) != (c * l_out, l_out, 1) or y.offset_align % 16:
+        return False
+    if g not in (8, 16, 32, 64) or g % vec or c % g or p.get("block") not in (128, 256, 512):
+        return False
+    if p.get("pipe") not in (None, True) or ("ld" in p) == bool(p.get("pipe")) or \
+            p.get("ld", 4) not in (4, 8, 16):
+        return False
+    return _flat_smem(card, p) <= SMEM_LIMIT and _flat_loads(card, p) <= MAX_FLAT_LOADS and n * (c // g) < 2**31
+
+
 def _smem_bytes(p: dict[str, Any], k: int) -> int:
     return ((p["tl"] + k - 1) * (p["tc"] + 1) + p["tc"] * k) * 4
 
@@ -115,6 +192,9 @@ def _rows_stride(p: dict[str, Any], k: int) -> int:
 
 
 def defaults(card: OperatorCard, strategy: str = "tile") -> dict[str, Any]:
+    if strategy == "flat":  # Note [a block's channel rows as one flat run]
+        return {"strategy": "flat", "g": 16, "block": 512, "ld": 8,
+                "vec": 16 // ITEMSIZE[input_spec(card, "input").dtype]}
     if strategy == "chunks":  # Notes [output chunks aligned per channel row], [a warp's stores along one row]
         return {"strategy": "chunks", "tl": 128, "tc": 64, "block": 128,
                 "vec": 16 // ITEMSIZE[input_spec(card, "input").dtype], "rowfast": True}
@@ -139,22 +219,26 @@ def _widest(card: OperatorCard, p: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def root_params(card: OperatorCard) -> dict[str, Any]:
-    """Warp rows with two positions per lane (Note [two positions per lane]) where the input is channels-fast,
-    aligned for vector loads, and the output positions-fast (Qwen's layout), else the default tile, with vector loads
-    where they are allowed (Note [vector loads of a channels-fast input]). On the H200 (tenth session,
-    probe_session10_conv_pairs.json, one run) Qwen's conv ran 29.9 us in pairs' rows of 256 positions x 16 channels
-    against 33.9 us for the warp rows of 128 x 32 with a lane per position, the ninth session's root (which had run
-    33.9 us against the vector tile's 39.1); in the eighth session the vector tile ran 39.0 us against the scalar
-    tile's 52.3 and the best register window's 40.3 us."""
-    return _widest(card, defaults(card, "pairs")) or _widest(card, defaults(card)) or defaults(card)
+    """A block's rows as one flat run (Note [a block's channel rows as one flat run]) where the input is channels-fast
+    and aligned for 16-byte loads and the output contiguous (Qwen's layout), else warp rows with two positions per
+    lane (Note [two positions per lane]) where the output is positions-fast, else the default tile, with vector loads
+    where they are allowed (Note [vector loads of a channels-fast input]). On the H200 (twenty-third session,
+    probe_session23_conv_flat.json, one run) Qwen's conv ran 24.9 us in flat runs of 16 rows with 512 threads against
+    29.5 us for the pairs' rows of 256 positions x 16 channels, the root since the tenth session (which had run 29.9
+    us against 33.9 for the ninth session's warp rows; in the eighth session the vector tile ran 39.0 us against the
+    scalar tile's 52.3 and the best register window's 40.3 us)."""
+    flat = defaults(card, "flat")
+    return flat if valid(card, flat) else \
+        _widest(card, defaults(card, "pairs")) or _widest(card, defaults(card)) or defaults(card)
 
 
 def seeds(card: OperatorCard) -> list[dict[str, Any]]:
-    """The root, then the aligned chunks, the warp rows with a lane per position, the vector tile, a register window
-    and the scalar tile where they are valid and differ from it."""
+    """The root, then the warp rows in pairs, the aligned chunks, the warp rows with a lane per position, the vector
+    tile, a register window and the scalar tile where they are valid and differ from it."""
     out = [root_params(card)]
     chunks = defaults(card, "chunks")
-    for p in (chunks if valid(card, chunks) else None, _widest(card, defaults(card, "rows")), _widest(card, defaults(card)),
+    for p in (_widest(card, defaults(card, "pairs")), chunks if valid(card, chunks) else None,
+              _widest(card, defaults(card, "rows")), _widest(card, defaults(card)),
               _widest(card, defaults(card, "window")), defaults(card)):
         if p is not None and p not in out:
             out.append(p)
@@ -189,6 +273,8 @@ def _block(p: dict[str, Any]) -> int:
 
 
 def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
+    if p.get("strategy") == "flat":
+        return _flat_ok(card, p)
     n, c, _, l_out, k, _ = _dims(card)
     tl, tc, strategy = p.get("tl", 0), p.get("tc", 0), p.get("strategy")
     if strategy not in ("tile", "window", "rows", "chunks") or tl not in (16, 32, 64, 128, 256, 512) or \
@@ -234,6 +320,14 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
 
 
 def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    if p["strategy"] == "flat":  # Note [a block's channel rows as one flat run]
+        acts = scale_knob(p, "g") + scale_knob(p, "block") + scale_knob(p, "ld")
+        if p.get("pipe"):  # Note [the next run's loads in flight]
+            acts.append(("pipe True -> False", {**{k: v for k, v in p.items() if k != "pipe"}, "ld": 8}))
+        else:
+            acts.append(("pipe False -> True", {**{k: v for k, v in p.items() if k != "ld"}, "pipe": True}))
+        acts.append(("strategy flat -> rows", _widest(card, defaults(card, "pairs"))))  # Note [two positions per lane]
+        return filter_actions(card, p, [(label, q) for label, q in acts if q is not None], valid)
     acts = scale_knob(p, "tl") + scale_knob(p, "tc") + scale_knob(p, "block") + scale_knob(p, "vec") + \
         scale_knob(p, "r") + [flag_knob(p, "cfirst")]
     if p["strategy"] == "window":  # the same tile and threads, computed through shared memory
@@ -247,6 +341,7 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
         single = {k: v for k, v in one.items() if k != "lp"}  # one position per lane: no key
         acts.append(("strategy rows -> tile", {**single, "strategy": "tile"}))
         acts.append(("strategy rows -> chunks", {**single, "strategy": "chunks"}))
+        acts.append(("strategy rows -> flat", defaults(card, "flat")))
         acts.append((f"lp {p.get('lp', 1)} -> {3 - p.get('lp', 1)}", single if "lp" in p else {**one, "lp": 2}))
         steps = p.get("steps", 1)  # Note [the next tile's loads in flight]
         acts += [(f"steps {steps} -> {q}", {**single, "steps": q} if q > 1 else one) for q in (steps // 2, steps * 2)
@@ -268,13 +363,13 @@ def _order(p: dict[str, Any]) -> dict[str, Any]:
 def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     if not valid(card, p):
         raise ValueError(f"depthwise conv params {p} are not valid for sizes {card.sizes}")
+    if p["strategy"] == "flat":
+        return _generate_flat(card, p)
     n, c, l_in, l_out, k, pad = _dims(card)
     x, y = input_spec(card, "input"), output_spec(card, 0)
     has_bias = input_spec(card, "bias") is not None
     tl, tc, block, vec = p["tl"], p["tc"], _block(p), p.get("vec", 1)
-    params = "const T* __restrict__ x, const T* __restrict__ w, " + \
-             ("const T* __restrict__ b, " if has_bias else "") + "TO* __restrict__ y"
-    args = ["in:input", "in:weight"] + (["in:bias"] if has_bias else []) + ["out:0"]
+    params, args = _conv_params(card)
     head = f"""{PREAMBLE}
 {typedefs(T=x.dtype, TO=y.dtype)}
 {consts(C=c, LIN=l_in, LOUT=l_out, K=k, PAD=pad, TL=tl, TC=tc, NT=block, HALO=tl + k - 1,
@@ -301,6 +396,38 @@ constexpr long long YS0 = {y.stride[0]}LL, YS1 = {y.stride[1]}LL, YS2 = {y.strid
     name = {"window": "dwconv1d_window", "rows": "dwconv1d_rows2" if "lp" in p else "dwconv1d_rows",
             "chunks": "dwconv1d_chunks"}.get(p["strategy"], "dwconv1d")
     return make_candidate(source, [launch(name, grid, block, args)], desc, p, align_of(vec, [x]))
+
+
+def _conv_params(card: OperatorCard) -> tuple[str, list[str]]:
+    """The kernel's parameter list and the launch plan's arguments: input, weight, the bias if any, output."""
+    has_bias = input_spec(card, "bias") is not None
+    params = "const T* __restrict__ x, const T* __restrict__ w, " + \
+             ("const T* __restrict__ b, " if has_bias else "") + "TO* __restrict__ y"
+    return params, ["in:input", "in:weight"] + (["in:bias"] if has_bias else []) + ["out:0"]
+
+
+def _generate_flat(card: OperatorCard, p: dict[str, Any]) -> Candidate:
+    """Note [a block's channel rows as one flat run]: a block per run of G channel rows of one sample, or with
+    ``pipe`` (Note [the next run's loads in flight]) a block per SM slot walking runs."""
+    n, c, l_in, l_out, k, pad = _dims(card)
+    x, y = input_spec(card, "input"), output_spec(card, 0)
+    params, args = _conv_params(card)
+    g, block, vec, pipe = p["g"], p["block"], p["vec"], bool(p.get("pipe"))
+    has_bias = input_spec(card, "bias") is not None
+    head = f"""{PREAMBLE}
+{typedefs(T=x.dtype, TO=y.dtype)}
+{consts(C=c, LIN=l_in, LOUT=l_out, K=k, PAD=pad, NT=block, VEC=vec, G=g, PER=_flat_loads(card, p),
+        NRUNS=n * (c // g), ZS=_flat_zs(card, p), WS_FLOATS=_flat_ws_bytes(p, k) // 4, MINB=_flat_min_blocks(card, p),
+        HAS_BIAS=int(has_bias))}
+constexpr long long XS0 = {x.stride[0]}LL, XS2 = {x.stride[2]}LL;
+"""
+    source = head + FLAT_PIECES + (FLAT_PIPE_KERNEL if pipe else FLAT_KERNEL).replace("PARAMS", params).replace(
+        "BIAS_PTR", "b" if has_bias else "nullptr")
+    desc = f"depthwise conv1d k={k} flat g={g} block={block} " + \
+        ("next run's loads in flight" if pipe else f"ld={p['ld']}") + f" (input channels-fast) vec={vec}"
+    name = "dwconv1d_flat_pipe" if pipe else "dwconv1d_flat"
+    return make_candidate(source, [launch(name, _flat_grid(card, p), block, args, smem=_flat_smem(card, p))],
+                          desc, p, align_of(vec, [x]))
 
 
 def _tile_kernel(vec: int, has_bias: bool) -> str:
