@@ -44,6 +44,7 @@ CTYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 FLOAT_DTYPES = frozenset(CTYPE)
 SMEM_LIMIT = 227 * 1024  # bytes of shared memory one block may use on sm_90 (dynamic, opt-in above 48 KB)
+SM_SMEM = 228 * 1024  # shared memory of one SM (sm_90), of which each resident block also takes 1 KB
 STATIC_SMEM_LIMIT = 48 * 1024  # static __shared__ arrays must stay under this
 REG_CACHE_BLOCK = 128 * 1024  # bytes of row a block may hold in registers (half the 256 KB register file)
 REG_CACHE_THREAD = 256  # bytes one thread may hold (64 registers)

@@ -39,8 +39,9 @@ from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
-from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, SMEM_LIMIT, SMS, STATIC_SMEM_LIMIT, align_of, cdiv, consts,
-                     filter_actions, flag_knob, input_spec, launch, make_candidate, output_spec, scale_knob, typedefs)
+from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, SM_SMEM, SMEM_LIMIT, SMS, STATIC_SMEM_LIMIT, align_of, cdiv,
+                     consts, filter_actions, flag_knob, input_spec, launch, make_candidate, output_spec, scale_knob,
+                     typedefs)
 from .conv_flat import FLAT_KERNEL, FLAT_PIECES, FLAT_PIPE_KERNEL
 
 OP = "aten.convolution.default"
@@ -103,7 +104,6 @@ def _chunks_ok(card: OperatorCard, p: dict[str, Any], k: int) -> bool:
 
 
 FLAT_KEYS = frozenset({"strategy", "g", "block", "ld", "pipe", "vec"})
-SM_SMEM = 228 * 1024  # shared memory of one SM (sm_90), of which each resident block also takes 1 KB
 MAX_FLAT_LOADS = 16  # 16-byte loads a thread holds in flight (LD, or a whole run with ``pipe``)
 
 
