@@ -141,7 +141,12 @@ def conv_variants() -> list[dict[str, Any]]:
     flat = list(grid(strategy="flat", g=[8, 16, 32], block=[256, 512], ld=[4, 8], vec=8))
     # Note [the next run's loads in flight] (`--strategy flat`)
     flat += list(grid(strategy="flat", g=[8, 16, 32], block=[256, 512], pipe=True, vec=8))
-    return out + chunks + [{**p, "direct": True} for p in chunks] + rowfast + flat
+    # Note [channel rows over a band of positions] (`--strategy bands`)
+    bands = list(grid(strategy="bands", g=[32, 64, 128], lt=[64, 128, 256], block=[128, 256], ld=[8, 16], vec=8))
+    bands += list(grid(strategy="bands", g=[64, 128], lt=512, block=256, ld=8, vec=8)) + \
+        list(grid(strategy="bands", g=64, lt=[128, 256], block=512, ld=[4, 8], vec=8))
+    bands += list(grid(strategy="bands", g=[32, 64], lt=[128, 256], block=[128, 256], ld=8, vec=8, bfirst=True))
+    return out + chunks + [{**p, "direct": True} for p in chunks] + rowfast + flat + bands
 
 
 def two_wave_variants() -> list[dict[str, Any]]:

@@ -55,6 +55,14 @@ def flat_model(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pad: int, g: 
     return flat[base:].reshape(n_, c_, l_out), stores
 
 
+def random_conv(n: int, c: int, l_in: int, k: int, bias: bool,
+                seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A random input [N, C, L_in], weight [C, K] and, if asked, bias [C]."""
+    rng = np.random.default_rng(seed)
+    x, w = rng.standard_normal((n, c, l_in)), rng.standard_normal((c, k))
+    return x, w, (rng.standard_normal(c) if bias else None)
+
+
 def reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pad: int) -> np.ndarray:
     n_, c_, l_in = x.shape
     k = w.shape[1]
@@ -73,9 +81,7 @@ def reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pad: int) -> n
     (2, 8, 7, 2, 1, 8, 8, True, 5),         # rows exactly a vector long, runs at odd phases
 ])
 def test_flat_model_matches_a_float64_convolution(n, c, l_in, k, pad, g, vec, bias, base):
-    rng = np.random.default_rng(0)
-    x, w = rng.standard_normal((n, c, l_in)), rng.standard_normal((c, k))
-    b = rng.standard_normal(c) if bias else None
+    x, w, b = random_conv(n, c, l_in, k, bias)
     got, stores = flat_model(x, w, b, pad, g, vec, base)
     np.testing.assert_allclose(got, reference(x, w, b, pad), rtol=1e-12, atol=1e-12)
     assert all(s % vec == 0 for s in stores)  # every whole vector is an aligned store
@@ -109,7 +115,7 @@ def test_flat_is_valid_where_its_note_says():
     qwen = tc.causal_conv1d(8192, 2048)
     p = conv.defaults(qwen, "flat")
     assert conv.valid(qwen, p) and p == {"strategy": "flat", "g": 16, "block": 512, "ld": 8, "vec": 8}
-    assert conv.root_params(qwen) == p
+    assert conv.seeds(qwen)[1] == p  # after the bands' root (Note [channel rows over a band of positions])
     cand = conv.generate(qwen, p)
     [launch] = cand.launches
     assert launch.grid == (512, 1, 1) and launch.smem == conv._flat_smem(qwen, p) and cand.requires_align == 16
@@ -125,7 +131,7 @@ def test_flat_is_valid_where_its_note_says():
     assert not conv.valid(tc.causal_conv1d(32, 4, k=2, padding=1), p)  # rows of 4: a vector would span three
     assert conv.valid(tc.causal_conv1d(40, 30), {**p, "g": 8})
     acts = dict(conv.actions(qwen, p))
-    pairs = conv.seeds(qwen)[1]  # Note [two positions per lane], the root before
+    pairs = conv.seeds(qwen)[2]  # Note [two positions per lane], after the root and the bands
     assert acts["g 16 -> 8"]["g"] == 8 and acts["strategy flat -> rows"] == pairs and pairs["lp"] == 2
     assert dict(conv.actions(qwen, pairs))["strategy rows -> flat"] == p
     # Note [the next run's loads in flight]: a knob of its own, every load of a run at once instead of LD

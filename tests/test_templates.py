@@ -679,10 +679,12 @@ def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
     rows = {"strategy": "rows", "tl": 128, "tc": 32, "block": 256, "vec": 8}  # Note [a warp per output row]
     pairs = {"strategy": "rows", "tl": 256, "tc": 16, "block": 128, "vec": 8, "lp": 2}  # [two positions per lane]
     flat = {"strategy": "flat", "g": 16, "block": 512, "ld": 8, "vec": 8}  # [a block's channel rows as one flat run]
-    assert conv.matches(card) and conv.root_params(card) == flat  # 16-byte channel loads, one contiguous output
+    # Note [channel rows over a band of positions]: 16-byte channel loads, one contiguous output
+    bands = {"strategy": "bands", "g": 32, "lt": 256, "block": 256, "ld": 8, "vec": 8, "bfirst": True}
+    assert conv.matches(card) and conv.root_params(card) == bands
     # Note [a window of positions in registers]
     chunks = {"strategy": "chunks", "tl": 128, "tc": 64, "block": 128, "vec": 8, "rowfast": True}
-    assert conv.seeds(card) == [flat, pairs, chunks, rows, {**plain, "vec": 8}, window, plain]
+    assert conv.seeds(card) == [bands, flat, pairs, chunks, rows, {**plain, "vec": 8}, window, plain]
     cand = conv.generate(card, {**plain, "vec": 8})
     assert "constexpr int XC_FAST = 1;" in cand.source and "constexpr int YL_FAST = 1;" in cand.source
     assert "ldp<T, 8>(x + n * XS0 + c + l * XS2)" in cand.source and cand.requires_align == 16
@@ -1026,7 +1028,7 @@ def test_depthwise_conv1d_chunks_store_aligned_vectors_of_each_row() -> None:
     assert "constexpr int VEC = 8, NV = TC / VEC, NJ = TL / VEC, W = 2 * VEC + K - 2, TLI = TL + VEC + K - 2;" in \
         cand.source
     assert "const int sh = (int)((YS1 * u) % VEC), l = lb - sh;" in cand.source
-    assert "stp<TO, VEC>(yr, out);" in cand.source and "win[w] = s[j * VEC + w][SWZ(j * VEC + w, v)];" in cand.source
+    assert "store16(yr, a);" in cand.source and "win[w] = s[j * VEC + w][SWZ(j * VEC + w, v)];" in cand.source
     assert cand.requires_align == 16 and cand.launches[0].kernel == "dwconv1d_chunks"
     launches, _ = resolve_plan(cand, card.sizes, card.floats)
     assert launches[0].grid == (9, 8192 // 64, 1)  # 2051 + 7 positions: 9 tiles of 256

@@ -506,6 +506,31 @@ def test_conv_flat_passes_the_verifier(case):
     check(card, {"strategy": "flat", "vec": 16 // (4 if card.inputs[0].spec.dtype == "float32" else 2), **params})
 
 
+# Note [channel rows over a band of positions]: Qwen's rows at every band length and group, odd rows at every phase
+# and two samples, rows shorter than a vector (three rows in one), fp32 and fp16 vectors, a bias, K of 2-5 and
+# padding past K - 1, a window longer than the row, every block size and loads per thread (several batches)
+CONV_BANDS = [
+    (tc.causal_conv1d(8192, 2048, k=4, dtype="bfloat16"), {"g": 64, "lt": 256, "block": 256, "ld": 8}),
+    (tc.causal_conv1d(8192, 2048, k=4, dtype="bfloat16"), {"g": 128, "lt": 512, "block": 512, "ld": 4}),
+    (tc.causal_conv1d(8192, 2048, k=4, dtype="bfloat16"), {"g": 32, "lt": 128, "block": 128, "ld": 2}),
+    (tc.causal_conv1d(128, 131, k=4, dtype="bfloat16", batch=2), {"g": 64, "lt": 64, "block": 256, "ld": 16}),
+    (tc.causal_conv1d(96, 37, k=4, dtype="float32", bias=True), {"g": 32, "lt": 64, "block": 128, "ld": 4}),
+    (tc.causal_conv1d(48, 73, k=3, dtype="float16", bias=True, batch=3), {"g": 16, "lt": 128, "block": 512, "ld": 8}),
+    (tc.causal_conv1d(64, 5, k=2, dtype="bfloat16", padding=0), {"g": 32, "lt": 64, "block": 128, "ld": 2}),
+    (tc.causal_conv1d(48, 61, k=5, dtype="float32", padding=6, batch=2), {"g": 16, "lt": 128, "block": 256, "ld": 2}),
+    # Note [bands first]
+    (tc.causal_conv1d(128, 131, k=4, dtype="bfloat16", batch=2), {"g": 32, "lt": 64, "block": 128, "ld": 4,
+                                                                    "bfirst": True}),
+]
+
+
+@pytest.mark.parametrize("case", CONV_BANDS, ids=lambda c: "x".join(map(str, c[0].inputs[0].spec.shape)) +
+                         f"-g{c[1]['g']}-lt{c[1]['lt']}" + ("-bfirst" if c[1].get("bfirst") else ""))
+def test_conv_bands_pass_the_verifier(case):
+    card, params = case
+    check(card, {"strategy": "bands", "vec": 16 // (4 if card.inputs[0].spec.dtype == "float32" else 2), **params})
+
+
 @pytest.mark.parametrize("case", CONV_CHUNKS, ids=lambda c: "x".join(map(str, c[0].inputs[0].spec.shape)) +
                          "".join(f"-{k}" for k in ("direct", "rowfast") if c[1].get(k)))
 def test_conv_chunks_pass_the_verifier(case):

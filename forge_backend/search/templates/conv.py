@@ -7,7 +7,7 @@ ATen runs it with a generic depthwise kernel: 178 us per call for [1, 8192, 2048
 H200 (benchmarks/results/h200/kernels_qwen35_moe_inductor.txt), where the bytes allow 16 us. The input is often a
 transposed view ([B, L, C] in memory), so the op is a transpose as well as a convolution.
 
-Five strategies. The first four compute a tile of TL positions x TC channels of one sample per block, with fp32 sums
+Six strategies. The first four compute a tile of TL positions x TC channels of one sample per block, with fp32 sums
 over k in ascending order, rounded once.
 - ``tile``: the block loads the input tile with its TL + K - 1 halo into shared memory with consecutive threads
   along the input's unit-stride dim (channels or positions), then computes and stores with consecutive threads
@@ -26,6 +26,10 @@ over k in ascending order, rounded once.
   whole output rows, which lie in memory as one run, puts their inputs in shared memory laid out as that run with the
   padding's zeros between the rows, and stores the run as aligned 16-byte vectors, one per thread, whatever the rows'
   length: no store is partial and no sector is shared between blocks' stores except at a run's two ends.
+- ``bands`` (channels-fast input, contiguous output; Note [channel rows over a band of positions], conv_bands.py): a
+  block takes G channel rows over one band of positions, reads its window of whole lines, and stores each row's band as
+  aligned 16-byte vectors, the band shifted back by the row's phase. The root of Qwen's layout since the twenty-fourth
+  session (21.6 us, 73% of the copy bandwidth, in ops run W).
 
 On the H200 (tenth session, benchmarks/results/h200/ops.json, row ``causal_conv1d``, run F): the rows with two
 positions per lane ran 30.4 us against Inductor's 193.1 us and eager's 299.3 us, at 52% of the copy bandwidth; inside
@@ -42,16 +46,12 @@ from ...contract import Candidate
 from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, SM_SMEM, SMEM_LIMIT, SMS, STATIC_SMEM_LIMIT, align_of, cdiv,
                      consts, filter_actions, flag_knob, input_spec, launch, make_candidate, output_spec, scale_knob,
                      typedefs)
+from . import conv_bands
 from .conv_flat import FLAT_KERNEL, FLAT_PIECES, FLAT_PIPE_KERNEL
+from .conv_shared import STORE16, channels_fast as _channels_fast, conv_params as _conv_params, dims as _dims
 
 OP = "aten.convolution.default"
 MAX_K = 32
-
-
-def _dims(card: OperatorCard) -> tuple[int, int, int, int, int, int]:
-    """N, C, L_in, L_out, K, padding."""
-    x, w, y = input_spec(card, "input"), input_spec(card, "weight"), output_spec(card, 0)
-    return x.shape[0], x.shape[1], x.shape[2], y.shape[2], w.shape[2], int(card.scalars["padding"][0])
 
 
 def matches(card: OperatorCard) -> bool:
@@ -192,6 +192,8 @@ def _rows_stride(p: dict[str, Any], k: int) -> int:
 
 
 def defaults(card: OperatorCard, strategy: str = "tile") -> dict[str, Any]:
+    if strategy == "bands":  # Note [channel rows over a band of positions]
+        return conv_bands.defaults(card)
     if strategy == "flat":  # Note [a block's channel rows as one flat run]
         return {"strategy": "flat", "g": 16, "block": 512, "ld": 8,
                 "vec": 16 // ITEMSIZE[input_spec(card, "input").dtype]}
@@ -219,35 +221,32 @@ def _widest(card: OperatorCard, p: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def root_params(card: OperatorCard) -> dict[str, Any]:
-    """A block's rows as one flat run (Note [a block's channel rows as one flat run]) where the input is channels-fast
-    and aligned for 16-byte loads and the output contiguous (Qwen's layout), else warp rows with two positions per
+    """Channel rows over bands of positions (Note [channel rows over a band of positions]) where the input is
+    channels-fast and aligned for 16-byte loads and the output contiguous (Qwen's layout), else a block's rows as one
+    flat run (Note [a block's channel rows as one flat run]) where that is valid, else warp rows with two positions per
     lane (Note [two positions per lane]) where the output is positions-fast, else the default tile, with vector loads
-    where they are allowed (Note [vector loads of a channels-fast input]). On the H200 (twenty-third session,
-    probe_session23_conv_flat.json, one run) Qwen's conv ran 24.9 us in flat runs of 16 rows with 512 threads against
-    29.5 us for the pairs' rows of 256 positions x 16 channels, the root since the tenth session (which had run 29.9
-    us against 33.9 for the ninth session's warp rows; in the eighth session the vector tile ran 39.0 us against the
-    scalar tile's 52.3 and the best register window's 40.3 us)."""
-    flat = defaults(card, "flat")
-    return flat if valid(card, flat) else \
-        _widest(card, defaults(card, "pairs")) or _widest(card, defaults(card)) or defaults(card)
+    where they are allowed (Note [vector loads of a channels-fast input]). On the H200 (twenty-fourth session,
+    probe_session24_conv_bands*.json, each line one run) Qwen's conv ran 22.0-22.9 us over bands against 24.9-25.1 us
+    in flat runs, the root since the twenty-third session (24.9 us against 29.5 for the pairs' rows of 256 positions x
+    16 channels, the root since the tenth session; 29.9 us then against 33.9 for the ninth session's warp rows; in the
+    eighth session the vector tile ran 39.0 us against the scalar tile's 52.3 and the best register window's 40.3)."""
+    for strategy in ("bands", "flat"):
+        if valid(card, p := defaults(card, strategy)):
+            return p
+    return _widest(card, defaults(card, "pairs")) or _widest(card, defaults(card)) or defaults(card)
 
 
 def seeds(card: OperatorCard) -> list[dict[str, Any]]:
-    """The root, then the warp rows in pairs, the aligned chunks, the warp rows with a lane per position, the vector
-    tile, a register window and the scalar tile where they are valid and differ from it."""
+    """The root, then the flat runs, the warp rows in pairs, the aligned chunks, the warp rows with a lane per
+    position, the vector tile, a register window and the scalar tile where they are valid and differ from it."""
     out = [root_params(card)]
-    chunks = defaults(card, "chunks")
-    for p in (_widest(card, defaults(card, "pairs")), chunks if valid(card, chunks) else None,
-              _widest(card, defaults(card, "rows")), _widest(card, defaults(card)),
+    chunks, flat = defaults(card, "chunks"), defaults(card, "flat")
+    for p in (flat if valid(card, flat) else None, _widest(card, defaults(card, "pairs")),
+              chunks if valid(card, chunks) else None, _widest(card, defaults(card, "rows")), _widest(card, defaults(card)),
               _widest(card, defaults(card, "window")), defaults(card)):
         if p is not None and p not in out:
             out.append(p)
     return out
-
-
-def _channels_fast(card: OperatorCard) -> bool:
-    x = input_spec(card, "input")
-    return x.stride[1] == 1 and x.stride[2] != 1
 
 
 def _position_tiles(card: OperatorCard, p: dict[str, Any]) -> int:
@@ -275,6 +274,8 @@ def _block(p: dict[str, Any]) -> int:
 def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     if p.get("strategy") == "flat":
         return _flat_ok(card, p)
+    if p.get("strategy") == "bands":
+        return conv_bands.valid(card, p)
     n, c, _, l_out, k, _ = _dims(card)
     tl, tc, strategy = p.get("tl", 0), p.get("tc", 0), p.get("strategy")
     if strategy not in ("tile", "window", "rows", "chunks") or tl not in (16, 32, 64, 128, 256, 512) or \
@@ -327,7 +328,11 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
         else:
             acts.append(("pipe False -> True", {**{k: v for k, v in p.items() if k != "ld"}, "pipe": True}))
         acts.append(("strategy flat -> rows", _widest(card, defaults(card, "pairs"))))  # Note [two positions per lane]
+        acts.append(("strategy flat -> bands", defaults(card, "bands")))  # Note [channel rows over a band of positions]
         return filter_actions(card, p, [(label, q) for label, q in acts if q is not None], valid)
+    if p["strategy"] == "bands":  # Note [channel rows over a band of positions]
+        acts = conv_bands.actions(card, p) + [("strategy bands -> flat", defaults(card, "flat"))]
+        return filter_actions(card, p, acts, valid)
     acts = scale_knob(p, "tl") + scale_knob(p, "tc") + scale_knob(p, "block") + scale_knob(p, "vec") + \
         scale_knob(p, "r") + [flag_knob(p, "cfirst")]
     if p["strategy"] == "window":  # the same tile and threads, computed through shared memory
@@ -365,6 +370,8 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
         raise ValueError(f"depthwise conv params {p} are not valid for sizes {card.sizes}")
     if p["strategy"] == "flat":
         return _generate_flat(card, p)
+    if p["strategy"] == "bands":
+        return conv_bands.generate(card, p)
     n, c, l_in, l_out, k, pad = _dims(card)
     x, y = input_spec(card, "input"), output_spec(card, 0)
     has_bias = input_spec(card, "bias") is not None
@@ -396,14 +403,6 @@ constexpr long long YS0 = {y.stride[0]}LL, YS1 = {y.stride[1]}LL, YS2 = {y.strid
     name = {"window": "dwconv1d_window", "rows": "dwconv1d_rows2" if "lp" in p else "dwconv1d_rows",
             "chunks": "dwconv1d_chunks"}.get(p["strategy"], "dwconv1d")
     return make_candidate(source, [launch(name, grid, block, args)], desc, p, align_of(vec, [x]))
-
-
-def _conv_params(card: OperatorCard) -> tuple[str, list[str]]:
-    """The kernel's parameter list and the launch plan's arguments: input, weight, the bias if any, output."""
-    has_bias = input_spec(card, "bias") is not None
-    params = "const T* __restrict__ x, const T* __restrict__ w, " + \
-             ("const T* __restrict__ b, " if has_bias else "") + "TO* __restrict__ y"
-    return params, ["in:input", "in:weight"] + (["in:bias"] if has_bias else []) + ["out:0"]
 
 
 def _generate_flat(card: OperatorCard, p: dict[str, Any]) -> Candidate:
@@ -568,7 +567,7 @@ def _chunks_kernel(vec: int, direct: bool, rowfast: bool, has_bias: bool) -> str
     swizzle = ("// Note [a warp's stores along one row]: vector v of input row i sits in column v ^ ((i / VEC) % NV),\n"
                "// so the eight lanes of a phase, on rows VEC apart, read eight columns\n"
                "#define SWZ(i, v) ((v) ^ (((i) / VEC) & (NV - 1)))") if rowfast else "#define SWZ(i, v) (v)"
-    return f"""
+    return STORE16 + f"""
 constexpr int VEC = {vec}, NV = TC / VEC, NJ = TL / VEC, W = 2 * VEC + K - 2, TLI = TL + VEC + K - 2;
 constexpr int PER = (TLI * NV + NT - 1) / NT;
 {swizzle}
@@ -604,10 +603,7 @@ extern "C" __global__ __launch_bounds__(NT) void dwconv1d_chunks(PARAMS) {{
       }}
       TO* yr = yb + u * YS1 - sh;
       if (l >= 0 && l + VEC <= LOUT) {{
-        Pack<TO, VEC> out;
-#pragma unroll
-        for (int o = 0; o < VEC; ++o) out.v[o] = from_f<TO>(a[o]);
-        stp<TO, VEC>(yr, out);
+        store16(yr, a);  // one 16-byte store (assigned as a Pack, NVRTC split the first channel's into seven)
       }} else {{
 #pragma unroll
         for (int o = 0; o < VEC; ++o)
@@ -730,6 +726,11 @@ extern "C" __global__ __launch_bounds__(NT) void dwconv1d_rows2(PARAMS) {{
 # 64 x 64 30.6 us, 128 x 128 32.1-33.2 us, channel tiles first 30.1 us. Nsight Compute on 128 x 64
 # (ncu/conv_chunks_rowfast.txt): 27.6 us, DRAM 35% busy, L2 75%, issue slots 41% busy, 0.9 eligible warps per
 # scheduler. It is the chunks' seed; the root stays the rows in pairs.
+# Those stores were not all whole: a SASS scan in the twenty-fourth session (nvdisasm on NVRTC's cubins) found the
+# first channel's 16-byte Pack store of each chunk split by NVRTC into six 2-byte stores and one 4-byte store (the
+# other seven channels' were one STG.E.128). Stored through store16 (one st.global.v4, conv_shared.py) the chunks ran
+# 25.7 and 25.6 us at 128 x 64 with 128 threads (probe_session24_conv_bands_first.json and _grid.json, each one run;
+# the flat runs 24.9 and 25.1 us in the same runs), against 29.3 us before.
 
 # Note [two positions per lane]
 # The warp rows (Note [a warp per output row]) spend about 13 instructions per output: K shared loads, K FMAs, a

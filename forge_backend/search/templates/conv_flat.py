@@ -2,10 +2,12 @@
 as one flat run in shared memory, stored as whole 16-byte vectors (Note [a block's channel rows as one flat run]), and
 blocks that walk runs with the next run's loads in flight (Note [the next run's loads in flight]).
 
-Leaf of the templates package: text only, filled in by conv.py with the card's constants (C, LIN, LOUT, K, PAD, NT,
-VEC, G, PER, NRUNS, ZS, WS_FLOATS, MINB, HAS_BIAS, XS0, XS2), its parameters (PARAMS) and its bias (BIAS_PTR).
+Text only (with conv_shared.py's 16-byte store), filled in by conv.py with the card's constants (C, LIN, LOUT, K, PAD,
+NT, VEC, G, PER, NRUNS, ZS, WS_FLOATS, MINB, HAS_BIAS, XS0, XS2), its parameters (PARAMS) and its bias (BIAS_PTR).
 """
 from __future__ import annotations
+
+from .conv_shared import STORE16
 
 # Note [a block's channel rows as one flat run]
 # Qwen's conv writes [1, 8192, 2051] rows: odd lengths, so every tile of positions of the other strategies stores
@@ -114,29 +116,7 @@ __device__ __forceinline__ void prepare(const Run& ru, const T* w, const T* bias
   for (int e = ru.ph + REG + threadIdx.x; e < ZS; e += NT) zs[e] = from_f<T>(0.f);
 }
 
-// VEC outputs as one 16-byte store, in PTX: assigned as a Pack of 16-bit elements NVRTC split it into eight 2-byte
-// stores, and as a uint4 into four 4-byte ones (Note [a block's channel rows as one flat run]). Pairs are rounded by
-// the paired conversion, as from_f rounds one.
-__device__ __forceinline__ void st_v4(void* p, unsigned a, unsigned b, unsigned c, unsigned d) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-__device__ __forceinline__ unsigned pair_bits(float lo, float hi, const __nv_bfloat16*) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const unsigned*>(&h);
-}
-__device__ __forceinline__ unsigned pair_bits(float lo, float hi, const __half*) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const unsigned*>(&h);
-}
-template <typename U> __device__ __forceinline__ void store16(U* p, const float* a) {
-  if constexpr (sizeof(U) == 4) {
-    st_v4(p, __float_as_uint(a[0]), __float_as_uint(a[1]), __float_as_uint(a[2]), __float_as_uint(a[3]));
-  } else {
-    st_v4(p, pair_bits(a[0], a[1], p), pair_bits(a[2], a[3], p), pair_bits(a[4], a[5], p), pair_bits(a[6], a[7], p));
-  }
-}
-
-// y[n, c, l] = bias[c] + sum_k w[c, 0, k] * x[n, c, l - PAD + k] (zero outside the input), fp32, k ascending, for
+""" + STORE16 + r"""// y[n, c, l] = bias[c] + sum_k w[c, 0, k] * x[n, c, l - PAD + k] (zero outside the input), fp32, k ascending, for
 // every output of a run: vector t of the run covers outputs t * VEC - ph ... of it.
 __device__ __forceinline__ void emit(const Run& ru, const T* zs, const float* ws, TO* y) {
   const int nvec = (ru.ph + REG + VEC - 1) / VEC;

@@ -1,0 +1,244 @@
+"""The depthwise conv1d's ``bands`` strategy (Note [channel rows over a band of positions]): a block takes G channel
+rows over one band of positions, reads whole 128-byte lines of a channels-fast input, and stores each row's band as
+aligned 16-byte vectors. templates/conv.py dispatches to it; this module holds its knobs, validity, sizes and source.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ...cards import OperatorCard
+from ...contract import Candidate
+from .common import (ITEMSIZE, PREAMBLE, SM_SMEM, SMEM_LIMIT, align_of, cdiv, consts, flag_knob, input_spec, launch,
+                     make_candidate, output_spec, scale_knob, typedefs)
+from .conv_shared import STORE16, channels_fast, contiguous_output, conv_params, dims
+
+# Note [channel rows over a band of positions]
+# ``flat`` (Note [a block's channel rows as one flat run]) reads one 32-byte sector of each input position's 128-byte
+# line per block, and with every input of its 16 rows on chip it cannot take more channels: Nsight Compute showed the
+# L2 75% busy with DRAM at 42%. Inductor transposes the same [2048, 8192] bf16 in 19.5 us (80.7% of the copy
+# bandwidth, seventeenth session), reading whole lines. ``bands`` gives a block G channels (G * itemsize bytes of a
+# position: two or four whole sectors at 64 or 128) over a band of LT output positions, so its input is a window of
+# LT + VEC + K - 2 positions and its shared memory holds G short rows, not G whole ones.
+# Row c's band t covers outputs t * LT - ph ... t * LT - ph + LT - 1, where ph = (c * L_out) % VEC is the phase of
+# the row's start in a vector of the contiguous output: every band of every row is then LT / VEC aligned vectors, each
+# stored whole by one 16-byte store, except the vectors that hold a row's start or end (their other elements are the
+# neighbouring row's: element by element). ph depends only on c % VEC (C and G are multiples of VEC), so it is a
+# constant of the unrolled channel of a load. In shared memory row i holds z[q] = x[c, q - PAD] (zero outside the
+# input) for q = t * LT - ph + s, s = 0 ... RS - 1, so output vector j of the band reads elements j * VEC ... j * VEC +
+# 2 VEC - 1 (K <= VEC + 1) as two 16-byte shared loads, lanes along a row. The fill takes the window's 16-byte loads
+# (VEC channels of one position) and scatters each into its VEC rows; row i starts at i * RS + VEC * (i / VEC), so
+# the lanes of one scatter, on rows VEC apart, fall in different banks (conflict-free at 128 bytes a position;
+# without the shift, 8-way). The shift grows with the group, so no row overlaps the next: a shift taken modulo
+# 8 groups (the banks' period) made row 63 reach into row 64 at 128 channels, and the verifier refused all four
+# such layouts (twenty-fourth session).
+# tests/test_conv_bands.py models the index arithmetic in numpy on the CPU.
+# Measured on the H200 (twenty-fourth session, Qwen's [1, 8192, 2048] bf16; probe_session24_conv_bands.md, each line
+# one run):
+# - the root (64 bytes of channels over bands of 256, 256 threads, bands first) 21.7 us against the flat runs' 24.9 us
+#   (_final.json), 21.8-22.0 in the last run; ops run W, after a 25-iteration search: 21.6 us, 73% of the copy
+#   bandwidth, 8.9x Inductor, 13.9x eager (63% and 25.1 us before);
+# - with the channel tiles first 22.7-23.2 us at the best layouts (64 or 128 bytes over bands of 128 or 256);
+#   512 threads, 128 channels (256 bytes) or bands of 512 ran 23.9-37 us; 4 loads a thread instead of 8 ran ~2 us
+#   slower; the register bound of 5 or 6 blocks an SM (46, 39 registers) tied (_regs.json);
+# - Nsight Compute on the root (ncu/conv_bands_g32_lt256_b256_bfirst.txt; 19.8 us without the L2 flush): the L2 79%
+#   busy, DRAM 50%, 2.4 TB/s, 4.4 waves, 44% of the warps resident, the stall samples on the fill's first use of its
+#   loads (long scoreboard, 29%). Inductor transposes the same bytes in 19.6-19.7 us.
+
+# Note [bands first]
+# The grid runs the channel tiles fastest: the blocks in flight read all C channels of a few bands' positions (whole
+# 16 KB rows of Qwen's input at once) and write LT-output pieces of every output row. With ``bfirst`` the bands run
+# fastest: the blocks in flight take every band of a few channel tiles, so they write whole output rows (a few MB of
+# contiguous output) and read G * itemsize bytes of every position.
+# Measured on the H200 (twenty-fourth session, probe_session24_conv_bands_order.json, one run): bands first 22.0 us
+# at 64 bytes over bands of 256 and 22.4 at 128 bytes over bands of 128, against 22.8-23.0 us with the channel tiles
+# first. The root runs bands first.
+
+BANDS_KEYS = frozenset({"strategy", "g", "lt", "block", "ld", "vec", "bfirst"})
+MAX_BAND_LOADS = 16  # 16-byte loads a thread holds in flight (LD)
+
+
+def bands(card: OperatorCard, p: dict[str, Any]) -> int:
+    """Bands of a row: every phase's last band must reach L_out (the band's start moves back by up to VEC - 1)."""
+    return cdiv(dims(card)[3] + p["vec"] - 1, p["lt"])
+
+
+def row_stride(p: dict[str, Any]) -> int:
+    """Elements of one shared row: a vector before the band (the window's first VEC - 1 lines land there for the
+    latest phase), the band, and two vectors after it (its last output vector reads the next one; the window's
+    last lines land there), so that no line of the window falls outside any row: the fill needs no test."""
+    return p["lt"] + 3 * p["vec"]
+
+
+def _ws_bytes(p: dict[str, Any], k: int) -> int:
+    """Bytes of the block's weights and biases (fp32, G x (K + 1)), rounded up to 16."""
+    return cdiv(p["g"] * (k + 1) * 4, 16) * 16
+
+
+def smem_bytes(card: OperatorCard, p: dict[str, Any]) -> int:
+    rows = p["g"] * (row_stride(p) + 1)  # G rows and the shifts of their groups (a vector a group)
+    return _ws_bytes(p, dims(card)[4]) + rows * ITEMSIZE[input_spec(card, "input").dtype]
+
+
+def window(card: OperatorCard, p: dict[str, Any]) -> int:
+    """Input positions one band reads: its LT outputs, the VEC - 1 of the earliest phase, the K - 1 of the halo."""
+    return p["lt"] + p["vec"] + dims(card)[4] - 2
+
+
+def min_blocks(card: OperatorCard, p: dict[str, Any]) -> int:
+    """Blocks the kernel asks to fit on one SM (``__launch_bounds__``): as many as shared memory allows, but never a
+    register bound under 64 a thread."""
+    return max(1, min(SM_SMEM // (smem_bytes(card, p) + 1024), 65536 // (p["block"] * 64)))
+
+
+def defaults(card: OperatorCard) -> dict[str, Any]:
+    """64 bytes of channels, bands of 256 outputs run first (Note [bands first]), 256 threads, every load of a band in
+    flight. Measured on the H200 at Qwen's [1, 8192, 2048] bf16 (twenty-fourth session, probe_session24_conv_bands*,
+    each line one run): 22.0 us, against 22.4 us for 128 bytes of channels over bands of 128 run first, 22.8-23.1
+    us for either with the channel tiles first, 23.3-32 us at 128 channels (256 bytes) or 512 threads, and the
+    flat runs' 24.9-25.1 us."""
+    isz = ITEMSIZE[input_spec(card, "input").dtype]
+    return {"strategy": "bands", "g": 64 // isz, "lt": 256, "block": 256, "ld": 8, "vec": 16 // isz, "bfirst": True}
+
+
+def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
+    """16-byte channel loads of a channels-fast input, a contiguous output, an output vector's inputs within two
+    vectors (K <= vec + 1), whole groups of G channels, bands of whole vectors, rows that fit in shared memory and
+    loads that fit in registers."""
+    n, c, _, _, k, _ = dims(card)
+    x = input_spec(card, "input")
+    vec, g, lt = p.get("vec", 0), p.get("g", 0), p.get("lt", 0)
+    if set(p) - BANDS_KEYS or vec * ITEMSIZE[x.dtype] != 16 or not channels_fast(card) or not contiguous_output(card):
+        return False
+    if c % vec or x.stride[0] % vec or x.stride[2] % vec or k > vec + 1:
+        return False
+    if g not in (16, 32, 64, 128) or g % vec or c % g or p.get("block") not in (128, 256, 512):
+        return False
+    if lt not in (64, 128, 256, 512, 1024) or p.get("ld") not in (2, 4, 8, 16) or p.get("bfirst") not in (None, True):
+        return False
+    return smem_bytes(card, p) <= SMEM_LIMIT and p["ld"] <= MAX_BAND_LOADS and c // g < 2**31 and \
+        (bands(card, p) if not p.get("bfirst") else c // g) <= 65535 and n <= 65535
+
+
+def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return scale_knob(p, "g") + scale_knob(p, "lt") + scale_knob(p, "block") + scale_knob(p, "ld") + \
+        [flag_knob(p, "bfirst")]
+
+
+KERNEL = r"""
+constexpr int NVG = G / VEC;                        // channel vectors of one position
+constexpr int NVR = LT / VEC;                       // output vectors of one row's band
+constexpr int WSTEP = NT / NVG;                     // window lines of one round of loads (NT % NVG == 0)
+constexpr int NROUND = (NW + WSTEP - 1) / WSTEP;    // rounds of loads, in batches of PER
+constexpr int NBATCH = (NROUND + PER - 1) / PER;
+constexpr bool EXACT = NW % (WSTEP * PER) == 0;    // every round of every batch is in the window: no test
+
+// Note [channel rows over a band of positions]: the phase of channel i's row start in a vector of the output (c0 and
+// C are multiples of VEC, so it is channel i % VEC's), and where row i starts in shared memory
+__device__ __forceinline__ constexpr int phase(int i) { return (int)(((long long)(i % VEC) * LOUT) % VEC); }
+__device__ __forceinline__ constexpr int row_base(int i) { return i * RS + (i / VEC) * VEC; }
+// A line's VEC elements are held as raw bits (four 32-bit registers, zero where the line lies outside the input):
+// held as a Pack of 16-bit elements, the zero fill made NVRTC keep each element in a register of its own, and spill.
+__device__ __forceinline__ Bits elem_bits(const uint4& r, int v) {
+  const unsigned wd = (sizeof(T) == 2 ? v / 2 : v) == 0 ? r.x : (sizeof(T) == 2 ? v / 2 : v) == 1 ? r.y :
+                      (sizeof(T) == 2 ? v / 2 : v) == 2 ? r.z : r.w;
+  return (Bits)(sizeof(T) == 2 ? wd >> (16 * (v % 2)) : wd);
+}
+
+// y[n, c, l] = bias[c] + sum_k w[c, 0, k] * x[n, c, l - PAD + k] (zero outside the input), fp32, k ascending.
+extern "C" __global__ __launch_bounds__(NT, MINB) void dwconv1d_bands(PARAMS) {
+  extern __shared__ __align__(16) unsigned char dsm[];
+  float* ws = reinterpret_cast<float*>(dsm);        // [G][K + 1]: the weights, then the bias
+  T* zs = reinterpret_cast<T*>(ws + WS_FLOATS);     // G rows of RS elements, from a 16-byte boundary
+  const int c0 = (BFIRST ? blockIdx.y : blockIdx.x) * G, t = BFIRST ? blockIdx.x : blockIdx.y;  // Note [bands first]
+  const long long n = blockIdx.z;
+  // this thread's loads: channel vector vv of window lines w0, w0 + WSTEP, ...; line w is input position p0 + w and
+  // element w + VEC + phase of its row (row element s holds z index t * LT - phase - VEC + s: the Note)
+  const int vv = threadIdx.x % NVG, w0 = threadIdx.x / NVG, p0 = t * LT - (VEC - 1) - PAD + w0;
+  const T* const xt = x + n * XS0 + c0 + vv * VEC + (long long)p0 * XS2;
+  Bits* const zt = reinterpret_cast<Bits*>(zs) + row_base(vv * VEC) + w0 + 1;
+  for (int bt = 0; bt < NBATCH; ++bt) {
+    uint4 xv[PER];
+#pragma unroll
+    for (int u = 0; u < PER; ++u) {
+      const int r = bt * PER + u, pos = p0 + r * WSTEP;
+      xv[u] = make_uint4(0u, 0u, 0u, 0u);
+      if ((EXACT || w0 + r * WSTEP < NW) && pos >= 0 && pos < LIN)
+        xv[u] = *reinterpret_cast<const uint4*>(xt + (long long)r * WSTEP * XS2);
+    }
+    if (bt == 0) {                                  // while the first loads travel
+      for (int e = threadIdx.x; e < G * (K + 1); e += NT) {
+        const int i = e / (K + 1), q = e % (K + 1);
+        float v = 0.f;
+        if (q < K) v = to_f(w[(long long)(c0 + i) * K + q]);
+        else if constexpr (HAS_BIAS) v = to_f(BIAS_PTR[c0 + i]);
+        ws[e] = v;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < PER; ++u) {
+      const int r = bt * PER + u;
+      if (EXACT || w0 + r * WSTEP < NW) {
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) zt[v * RS + phase(v) + r * WSTEP] = elem_bits(xv[u], v);
+      }
+    }
+  }
+  __syncthreads();
+  TO* const yb = y + (n * C + c0) * (long long)LOUT;
+#pragma unroll 1
+  for (int e = threadIdx.x; e < G * NVR; e += NT) {  // lanes along a row
+    const int i = e / NVR, j = e % NVR;
+    const int l = t * LT - phase(i) + j * VEC;      // the row's output of the vector's element 0
+    if (l >= LOUT) continue;
+    const T* zr = zs + row_base(i) + (j + 1) * VEC;
+    const Pack<T, VEC> lo = *reinterpret_cast<const Pack<T, VEC>*>(zr);
+    const Pack<T, VEC> hi = *reinterpret_cast<const Pack<T, VEC>*>(zr + VEC);
+    float v[2 * VEC], wk[K + 1], o[VEC];
+#pragma unroll
+    for (int u = 0; u < VEC; ++u) {
+      v[u] = to_f(lo.v[u]);
+      v[VEC + u] = to_f(hi.v[u]);
+    }
+#pragma unroll
+    for (int q = 0; q <= K; ++q) wk[q] = ws[i * (K + 1) + q];
+#pragma unroll
+    for (int u = 0; u < VEC; ++u) {
+      float a = wk[K];
+#pragma unroll
+      for (int q = 0; q < K; ++q) a = fmaf(wk[q], v[u + q], a);
+      o[u] = a;
+    }
+    TO* const yp = yb + (long long)i * LOUT + l;    // 16-byte aligned: the Note
+    if (l >= 0 && l + VEC <= LOUT) {
+      store16(yp, o);
+    } else {                                        // the row's start or end: the rest is a neighbour row's
+#pragma unroll
+      for (int u = 0; u < VEC; ++u)
+        if (l + u >= 0 && l + u < LOUT) yp[u] = from_f<TO>(o[u]);
+    }
+  }
+}
+"""
+
+
+def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
+    """Note [channel rows over a band of positions]: a block per G channels, band and sample."""
+    n, c, l_in, l_out, k, pad = dims(card)
+    x, y = input_spec(card, "input"), output_spec(card, 0)
+    params, args = conv_params(card)
+    g, lt, block, vec = p["g"], p["lt"], p["block"], p["vec"]
+    has_bias = input_spec(card, "bias") is not None
+    head = f"""{PREAMBLE}
+{typedefs(T=x.dtype, TO=y.dtype)}
+{consts(C=c, LIN=l_in, LOUT=l_out, K=k, PAD=pad, NT=block, VEC=vec, G=g, LT=lt, RS=row_stride(p),
+        NW=window(card, p), PER=p["ld"], WS_FLOATS=_ws_bytes(p, k) // 4, MINB=min_blocks(card, p),
+        HAS_BIAS=int(has_bias), BFIRST=int(bool(p.get("bfirst"))))}
+constexpr long long XS0 = {x.stride[0]}LL, XS2 = {x.stride[2]}LL;
+typedef {"unsigned short" if ITEMSIZE[x.dtype] == 2 else "unsigned"} Bits;  // an input element's bits
+"""
+    source = head + STORE16 + KERNEL.replace("PARAMS", params).replace("BIAS_PTR", "b" if has_bias else "w")
+    desc = f"depthwise conv1d k={k} bands g={g} lt={lt} block={block} ld={p['ld']} (input channels-fast) vec={vec}" + \
+        (" bands first" if p.get("bfirst") else "")
+    grid = (bands(card, p), c // g, n) if p.get("bfirst") else (c // g, bands(card, p), n)
+    return make_candidate(source, [launch("dwconv1d_bands", grid, block, args, smem=smem_bytes(card, p))],
+                          desc, p, align_of(vec, [x]))
