@@ -1,5 +1,5 @@
 """The probe and profiling tools' host side (benchmarks/probe_variants.py, profile_variant.py, ncu_hotspots.py,
-ab_replace.py).
+ab_replace.py, sass_stores.py).
 CPU only: case selection, variant parameters, the stall summary of a profiler's CSV, and the no-GPU exit."""
 import sys
 from pathlib import Path
@@ -11,6 +11,7 @@ import harness  # noqa: E402
 import ncu_hotspots  # noqa: E402
 import probe_variants  # noqa: E402
 import profile_variant  # noqa: E402
+import sass_stores  # noqa: E402
 
 
 def test_a_case_pattern_with_commas_is_matched_whole() -> None:
@@ -201,3 +202,16 @@ def test_worker_vs_graph_names_one_row_and_takes_the_rows_tensors_only_in_the_ca
     monkeypatch.setattr(sys, "argv", ["worker_vs_graph.py", "--row", "=group_norm [2, 1536, 64, 64] float32"])
     worker_vs_graph.main()
     assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
+def test_sass_stores_counts_widths_and_finds_a_split_vector() -> None:
+    """A 16-byte store split by NVRTC: six 2-byte and one 4-byte store off one base, beside a whole STG.E.128."""
+    sass = "\n".join([
+        "        /*3c00*/                   STG.E.U16 desc[UR6][R74.64], R9 ;",
+        "        /*3c10*/                   STG.E.U16 desc[UR6][R74.64+0x2], R10 ;",
+        "        /*3c20*/                   STG.E desc[UR6][R74.64+0x4], R13 ;",
+        "        /*3c30*/              @!P0 STG.E.U16 desc[UR6][R8.64+0x8], R22 ;",
+        "        /*3c40*/                   STG.E.128 desc[UR6][R4.64+0x1000], R64 ;",
+    ])
+    assert sorted(sass_stores.STG.findall(sass)) == ["STG.E", "STG.E.128", "STG.E.U16", "STG.E.U16", "STG.E.U16"]
+    assert [b for b, _ in sass_stores.NARROW.findall(sass)] == ["R74", "R74", "R74"]  # the predicated one is a tail

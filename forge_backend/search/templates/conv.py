@@ -726,11 +726,11 @@ extern "C" __global__ __launch_bounds__(NT) void dwconv1d_rows2(PARAMS) {{
 # 64 x 64 30.6 us, 128 x 128 32.1-33.2 us, channel tiles first 30.1 us. Nsight Compute on 128 x 64
 # (ncu/conv_chunks_rowfast.txt): 27.6 us, DRAM 35% busy, L2 75%, issue slots 41% busy, 0.9 eligible warps per
 # scheduler. It is the chunks' seed; the root stays the rows in pairs.
-# Those stores were not all whole: a SASS scan in the twenty-fourth session (nvdisasm on NVRTC's cubins) found the
+# Those stores were not all whole: a SASS scan in the twenty-fourth session (benchmarks/sass_stores.py) found the
 # first channel's 16-byte Pack store of each chunk split by NVRTC into six 2-byte stores and one 4-byte store (the
 # other seven channels' were one STG.E.128). Stored through store16 (one st.global.v4, conv_shared.py) the chunks ran
 # 25.7 and 25.6 us at 128 x 64 with 128 threads (probe_session24_conv_bands_first.json and _grid.json, each one run;
-# the flat runs 24.9 and 25.1 us in the same runs), against 29.3 us before.
+# the flat runs 24.9 and 25.1 us in the same runs), against 29.3 us in the seventeenth session's run (not the same).
 
 # Note [two positions per lane]
 # The warp rows (Note [a warp per output row]) spend about 13 instructions per output: K shared loads, K FMAs, a
