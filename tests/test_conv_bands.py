@@ -15,17 +15,22 @@ from test_conv_flat import random_conv, reference
 
 
 def bands_model(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pad: int, g: int, vec: int,
-                lt: int) -> tuple[np.ndarray, list[int]]:
+                lt: int, join: bool = False) -> tuple[np.ndarray, list[int]]:
     """The kernel's steps over every block, in numpy, with its constants (NW, RS, row_base, phase) and loops:
-    x [N, C, L], w [C, K]. Returns the output and the flat starts of every whole-vector store."""
+    x [N, C, L], w [C, K]. Returns the output and the flat starts of every whole-vector store. With ``join``
+    (Note [a row's first vector whole]) a row's first band also computes the row before's last outputs of its first
+    vector from that row's last 2 VEC inputs, and a row but the output's last skips the vector that holds its end."""
     n_, c_, l_in = x.shape
     k = w.shape[1]
     l_out = l_in + 2 * pad - k + 1
     dtype, isz = {8: ("bfloat16", 2), 4: ("float32", 4)}[vec]
     card = tc.causal_conv1d(c_, l_in, k=k, dtype=dtype, bias=b is not None, padding=pad, batch=n_)
-    p = {"strategy": "bands", "g": g, "lt": lt, "block": 256, "ld": 4, "vec": vec}
+    p = {"strategy": "bands", "g": g, "lt": lt, "block": 256, "ld": 4, "vec": vec} | ({"join": True} if join else {})
     rs, nw = conv_bands.row_stride(p), conv_bands.window(card, p)
-    ws_elems = -(-g * (k + 1) * 4 // 16) * 16 // isz  # the weights before the rows
+    ws_elems = -(-(2 if join else 1) * g * (k + 1) * 4 // 16) * 16 // isz  # the weights before the rows
+    flat_x = x.reshape(n_ * c_, l_in)  # rows of the whole input, as the output's rows follow each other
+    flat_w = np.tile(w, (n_, 1))
+    flat_b = np.tile(b, n_) if b is not None else np.zeros(n_ * c_)
     nb = -(-(l_out + vec - 1) // lt)
     nvg, nvr = g // vec, lt // vec
     flat = np.full(n_ * c_ * l_out, np.nan)
@@ -57,15 +62,25 @@ def bands_model(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pad: int, g:
                     l0 = t * lt - phase(i) + j * vec
                     if l0 >= l_out:
                         continue
+                    r = n * c_ + c0 + i  # the row in the whole output
+                    if join and l0 + vec > l_out and r < n_ * c_ - 1:
+                        continue  # the next row's first band stores this vector
                     zr = zs[row_base(i) + (j + 1) * vec: row_base(i) + (j + 3) * vec]
                     out = [b_ + sum(w[c0 + i, q] * zr[u + q] for q in range(k))
                            for u, b_ in zip(range(vec), [b[c0 + i] if b is not None else 0.0] * vec)]
-                    start = (n * c_ + c0 + i) * l_out + l0
+                    mine = [0 <= l0 + u < l_out for u in range(vec)]
+                    if join and l0 < 0:  # the row before's last outputs, from its last 2 VEC inputs
+                        pos = [l_out - vec - pad + wp for wp in range(2 * vec)]
+                        tz = [flat_x[r - 1, q] if 0 <= q < l_in else 0.0 for q in pos]
+                        for u in range(-l0):
+                            out[u] = flat_b[r - 1] + sum(flat_w[r - 1, q] * tz[vec + l0 + u + q] for q in range(k))
+                            mine[u] = True
+                    start = r * l_out + l0
                     for u in range(vec):
-                        if 0 <= l0 + u < l_out:
+                        if mine[u]:
                             assert np.isnan(flat[start + u]), "an output written twice"
                             flat[start + u] = out[u]
-                    if l0 >= 0 and l0 + vec <= l_out:
+                    if all(mine):
                         stores.append(start)
     return flat.reshape(n_, c_, l_out), stores
 
@@ -80,9 +95,12 @@ def bands_model(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pad: int, g:
     (1, 32, 40, 9, 8, 32, 8, 16, False),    # K = VEC + 1: the output vector's inputs reach the next one's end
     (1, 128, 21, 4, 3, 128, 8, 16, False),  # 16 groups of rows: their shifts must not overlap rows
 ])
-def test_bands_model_matches_a_float64_convolution(n, c, l_in, k, pad, g, vec, lt, bias):
+@pytest.mark.parametrize("join", [False, True])
+def test_bands_model_matches_a_float64_convolution(n, c, l_in, k, pad, g, vec, lt, bias, join):
     x, w, b = random_conv(n, c, l_in, k, bias)
-    got, stores = bands_model(x, w, b, pad, g, vec, lt)
+    if join and l_in + 2 * pad - k + 1 < vec:
+        pytest.skip("rows shorter than a vector: join is not valid there")
+    got, stores = bands_model(x, w, b, pad, g, vec, lt, join)
     np.testing.assert_allclose(got, reference(x, w, b, pad), rtol=1e-12, atol=1e-12)
     assert all(s % vec == 0 for s in stores)  # every whole vector is an aligned store
 
@@ -93,6 +111,10 @@ def test_bands_model_stores_whole_vectors_but_at_row_ends():
     _, stores = bands_model(x, w, None, 3, 16, 8, 32)
     ph = [(c * 67) % 8 for c in range(16)]
     assert len(stores) == sum((67 - (8 - p) % 8) // 8 for p in ph)
+    # Note [a row's first vector whole]: every vector whole (C is a multiple of VEC, so the output ends on a vector's
+    # end)
+    _, joined = bands_model(x, w, None, 3, 16, 8, 32, join=True)
+    assert sorted(joined) == list(range(0, 16 * 67, 8))
 
 
 @pytest.mark.parametrize("g,vec,isz", [(64, 8, 2), (32, 4, 4)])
@@ -129,7 +151,10 @@ def test_bands_compiles_for_sm90_at_every_knob():
     layouts += [(tc.causal_conv1d(96, 37, k=4, dtype="float32", bias=True),
                  {"strategy": "bands", "g": 32, "lt": 64, "block": 128, "ld": 4, "vec": 4}),
                 (tc.causal_conv1d(48, 73, k=3, dtype="float16", bias=True, batch=3),
-                 {"strategy": "bands", "g": 16, "lt": 128, "block": 256, "ld": 16, "vec": 8})]
+                 {"strategy": "bands", "g": 16, "lt": 128, "block": 256, "ld": 16, "vec": 8}),
+                (tc.causal_conv1d(48, 61, k=5, dtype="float32", padding=6, batch=2),  # Note [a row's first vector whole]
+                 {"strategy": "bands", "g": 16, "lt": 128, "block": 256, "ld": 2, "vec": 4, "join": True})]
+    layouts += [(qwen, {**p, "join": True}) for _, p in layouts[:4]]
     for card, p in layouts:
         assert conv.valid(card, p), p
         assert compile_candidate(conv.generate(card, p), "sm_90").cubin
@@ -139,7 +164,8 @@ def test_bands_is_valid_where_its_note_says():
     qwen = tc.causal_conv1d(8192, 2048)
     p = conv.defaults(qwen, "bands")
     assert p == {"strategy": "bands", "g": 32, "lt": 256, "block": 256, "ld": 8, "vec": 8, "bfirst": True}
-    assert conv.valid(qwen, p) and conv.root_params(qwen) == p and conv.seeds(qwen)[:2] == [p, conv.defaults(qwen, "flat")]
+    assert conv.valid(qwen, p) and conv.root_params(qwen) == p
+    assert conv.seeds(qwen)[:2] == [p, conv.defaults(qwen, "flat")]
     cand = conv.generate(qwen, p)
     [launch] = cand.launches
     assert launch.grid == (9, 256, 1) and launch.smem == conv_bands.smem_bytes(qwen, p) and cand.requires_align == 16
@@ -150,6 +176,9 @@ def test_bands_is_valid_where_its_note_says():
     assert conv.valid(tc.causal_conv1d(32, 4, k=2, padding=1), p)  # rows shorter than a vector
     assert not conv.valid(qwen, {**p, "vec": 4})  # 16-byte loads only
     assert not conv.valid(qwen, {**p, "bfirst": False})  # off is no key
+    assert conv.valid(qwen, {**p, "join": True}) and not conv.valid(qwen, {**p, "join": False})
+    assert not conv.valid(tc.causal_conv1d(32, 4, k=2, padding=1), {**p, "join": True})  # rows of 5: under a vector
+    assert dict(conv.actions(qwen, p))["join False -> True"] == {**p, "join": True}
     assert not conv.valid(qwen, {**p, "lt": 96})
     assert not conv.valid(qwen, {**p, "extra": 1})
     assert not conv.valid(tc.causal_conv1d(8192, 2048, k=10, padding=9), p)  # K > VEC + 1

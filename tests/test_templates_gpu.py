@@ -521,11 +521,23 @@ CONV_BANDS = [
     # Note [bands first]
     (tc.causal_conv1d(128, 131, k=4, dtype="bfloat16", batch=2), {"g": 32, "lt": 64, "block": 128, "ld": 4,
                                                                     "bfirst": True}),
+    # Note [a row's first vector whole]: rows joined across channel tiles and samples, fp32 and fp16, a bias, K of 3-5
+    (tc.causal_conv1d(8192, 2048, k=4, dtype="bfloat16"), {"g": 32, "lt": 256, "block": 256, "ld": 8, "bfirst": True,
+                                                           "join": True}),
+    (tc.causal_conv1d(128, 131, k=4, dtype="bfloat16", batch=2), {"g": 32, "lt": 64, "block": 128, "ld": 4,
+                                                                    "join": True}),
+    (tc.causal_conv1d(96, 37, k=4, dtype="float32", bias=True), {"g": 32, "lt": 64, "block": 128, "ld": 4,
+                                                                  "bfirst": True, "join": True}),
+    (tc.causal_conv1d(48, 61, k=5, dtype="float32", padding=6, batch=2), {"g": 16, "lt": 128, "block": 256, "ld": 2,
+                                                                           "join": True}),
+    (tc.causal_conv1d(48, 73, k=3, dtype="float16", bias=True, batch=3), {"g": 16, "lt": 128, "block": 512, "ld": 8,
+                                                                           "join": True}),
 ]
 
 
 @pytest.mark.parametrize("case", CONV_BANDS, ids=lambda c: "x".join(map(str, c[0].inputs[0].spec.shape)) +
-                         f"-g{c[1]['g']}-lt{c[1]['lt']}" + ("-bfirst" if c[1].get("bfirst") else ""))
+                         f"-g{c[1]['g']}-lt{c[1]['lt']}" + ("-bfirst" if c[1].get("bfirst") else "") +
+                         ("-join" if c[1].get("join") else ""))
 def test_conv_bands_pass_the_verifier(case):
     card, params = case
     check(card, {"strategy": "bands", "vec": 16 // (4 if card.inputs[0].spec.dtype == "float32" else 2), **params})

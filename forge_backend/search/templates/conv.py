@@ -242,7 +242,8 @@ def seeds(card: OperatorCard) -> list[dict[str, Any]]:
     out = [root_params(card)]
     chunks, flat = defaults(card, "chunks"), defaults(card, "flat")
     for p in (flat if valid(card, flat) else None, _widest(card, defaults(card, "pairs")),
-              chunks if valid(card, chunks) else None, _widest(card, defaults(card, "rows")), _widest(card, defaults(card)),
+              chunks if valid(card, chunks) else None, _widest(card, defaults(card, "rows")),
+              _widest(card, defaults(card)),
               _widest(card, defaults(card, "window")), defaults(card)):
         if p is not None and p not in out:
             out.append(p)

@@ -44,6 +44,22 @@ from .conv_shared import STORE16, channels_fast, contiguous_output, conv_params,
 #   busy, DRAM 50%, 2.4 TB/s, 4.4 waves, 44% of the warps resident, the stall samples on the fill's first use of its
 #   loads (long scoreboard, 29%). Inductor transposes the same bytes in 19.6-19.7 us.
 
+# Note [a row's first vector whole]
+# A row's band stores whole 16-byte vectors but at the row's two ends, where the vector is shared with the row before
+# or after; those went out as up to 7 + 7 2-byte stores a row, each a request of its own to the L2 (Nsight Compute on
+# the root: 29.5 of 32 bytes a stored sector used). With ``join`` the block of a row's first band also computes the
+# previous row's last outputs of that vector (from the row before's last TW = 2 VEC inputs and its weights, loaded
+# into shared memory by the band-0 blocks only) and stores the vector whole; the row before skips it. Only the output's
+# last row ends in a partial vector. Needs rows of at least VEC outputs (a row's first vector must not hold its end).
+# Measured on the H200 (twenty-fourth session, Qwen's conv, each line one run, alternating with the root): slower.
+# - The rows before's inputs loaded after the window's (probe_session24_conv_bands_join.json): 23.7-23.9 us against
+#   the root's 21.7-21.8; Nsight Compute (ncu/conv_bands_g32_lt256_b256_bfirst_join.txt): 21.9 us without the flush
+#   (the root 19.8), L2 72% busy, DRAM 45%, the band-0 blocks waiting on those loads at their shared stores.
+# - Those loads issued with the window's (the code here, _join2.json): 23.6-23.9 us against 21.9.
+# A 16-byte vector is half a 32-byte sector, so the sector that holds a row's start is still written by two blocks
+# (its other vector is the row before's, stored by that row's last band): joining removes the 2-byte stores, not the
+# shared sectors. It stays an action.
+
 # Note [bands first]
 # The grid runs the channel tiles fastest: the blocks in flight read all C channels of a few bands' positions (whole
 # 16 KB rows of Qwen's input at once) and write LT-output pieces of every output row. With ``bfirst`` the bands run
@@ -53,7 +69,7 @@ from .conv_shared import STORE16, channels_fast, contiguous_output, conv_params,
 # at 64 bytes over bands of 256 and 22.4 at 128 bytes over bands of 128, against 22.8-23.0 us with the channel tiles
 # first. The root runs bands first.
 
-BANDS_KEYS = frozenset({"strategy", "g", "lt", "block", "ld", "vec", "bfirst"})
+BANDS_KEYS = frozenset({"strategy", "g", "lt", "block", "ld", "vec", "bfirst", "join"})
 MAX_BAND_LOADS = 16  # 16-byte loads a thread holds in flight (LD)
 
 
@@ -70,12 +86,15 @@ def row_stride(p: dict[str, Any]) -> int:
 
 
 def _ws_bytes(p: dict[str, Any], k: int) -> int:
-    """Bytes of the block's weights and biases (fp32, G x (K + 1)), rounded up to 16."""
-    return cdiv(p["g"] * (k + 1) * 4, 16) * 16
+    """Bytes of the block's weights and biases (fp32, G x (K + 1)), with ``join`` also the rows before's, rounded
+    up to 16."""
+    return cdiv((2 if p.get("join") else 1) * p["g"] * (k + 1) * 4, 16) * 16
 
 
 def smem_bytes(card: OperatorCard, p: dict[str, Any]) -> int:
     rows = p["g"] * (row_stride(p) + 1)  # G rows and the shifts of their groups (a vector a group)
+    if p.get("join"):  # Note [a row's first vector whole]: the rows before's last inputs
+        rows += p["g"] * 2 * p["vec"]
     return _ws_bytes(p, dims(card)[4]) + rows * ITEMSIZE[input_spec(card, "input").dtype]
 
 
@@ -115,13 +134,15 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         return False
     if lt not in (64, 128, 256, 512, 1024) or p.get("ld") not in (2, 4, 8, 16) or p.get("bfirst") not in (None, True):
         return False
+    if p.get("join") not in (None, True) or (p.get("join") and dims(card)[3] < vec):
+        return False  # Note [a row's first vector whole]: a row's first vector must not reach its end
     return smem_bytes(card, p) <= SMEM_LIMIT and p["ld"] <= MAX_BAND_LOADS and c // g < 2**31 and \
         (bands(card, p) if not p.get("bfirst") else c // g) <= 65535 and n <= 65535
 
 
 def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return scale_knob(p, "g") + scale_knob(p, "lt") + scale_knob(p, "block") + scale_knob(p, "ld") + \
-        [flag_knob(p, "bfirst")]
+        [flag_knob(p, "bfirst"), flag_knob(p, "join")]
 
 
 KERNEL = r"""
@@ -131,6 +152,8 @@ constexpr int WSTEP = NT / NVG;                     // window lines of one round
 constexpr int NROUND = (NW + WSTEP - 1) / WSTEP;    // rounds of loads, in batches of PER
 constexpr int NBATCH = (NROUND + PER - 1) / PER;
 constexpr bool EXACT = NW % (WSTEP * PER) == 0;    // every round of every batch is in the window: no test
+constexpr int TW = 2 * VEC;                         // JOIN: inputs of a row's last VEC outputs (K - 1 <= VEC)
+constexpr int TPT = JOIN ? (G * TW + NT - 1) / NT : 1;  // JOIN: those inputs a thread loads
 
 // Note [channel rows over a band of positions]: the phase of channel i's row start in a vector of the output (c0 and
 // C are multiples of VEC, so it is channel i % VEC's), and where row i starts in shared memory
@@ -149,12 +172,25 @@ extern "C" __global__ __launch_bounds__(NT, MINB) void dwconv1d_bands(PARAMS) {
   extern __shared__ __align__(16) unsigned char dsm[];
   float* ws = reinterpret_cast<float*>(dsm);        // [G][K + 1]: the weights, then the bias
   T* zs = reinterpret_cast<T*>(ws + WS_FLOATS);     // G rows of RS elements, from a 16-byte boundary
+  float* const wb = ws + G * (K + 1);               // JOIN: [G][K + 1], the weights of the rows before
+  T* const tz = zs + G * (RS + 1);                  // JOIN: [G][TW], the last inputs of the rows before
   const int c0 = (BFIRST ? blockIdx.y : blockIdx.x) * G, t = BFIRST ? blockIdx.x : blockIdx.y;  // Note [bands first]
   const long long n = blockIdx.z;
   // this thread's loads: channel vector vv of window lines w0, w0 + WSTEP, ...; line w is input position p0 + w and
   // element w + VEC + phase of its row (row element s holds z index t * LT - phase - VEC + s: the Note)
   const int vv = threadIdx.x % NVG, w0 = threadIdx.x / NVG, p0 = t * LT - (VEC - 1) - PAD + w0;
   const T* const xt = x + n * XS0 + c0 + vv * VEC + (long long)p0 * XS2;
+  // JOIN: the rows before's last inputs, issued before the window's loads so that they travel together (Note [a row's
+  // first vector whole]); lanes on consecutive channels of one position
+  T tv[TPT];
+#pragma unroll
+  for (int k = 0; k < TPT; ++k) {
+    const int e = threadIdx.x + k * NT, wp = e / G, i = e % G, pos = LOUT - VEC - PAD + wp;
+    const long long r = n * C + c0 + i - 1;       // the row before, in the whole output
+    tv[k] = from_f<T>(0.f);
+    if (JOIN && t == 0 && e < G * TW && r >= 0 && pos >= 0 && pos < LIN)
+      tv[k] = x[(r / C) * XS0 + r % C + (long long)pos * XS2];
+  }
   Bits* const zt = reinterpret_cast<Bits*>(zs) + row_base(vv * VEC) + w0 + 1;
   for (int bt = 0; bt < NBATCH; ++bt) {
     uint4 xv[PER];
@@ -173,6 +209,22 @@ extern "C" __global__ __launch_bounds__(NT, MINB) void dwconv1d_bands(PARAMS) {
         else if constexpr (HAS_BIAS) v = to_f(BIAS_PTR[c0 + i]);
         ws[e] = v;
       }
+      if (JOIN && t == 0) {                         // Note [a row's first vector whole]
+        for (int e = threadIdx.x; e < G * (K + 1); e += NT) {
+          const int i = e / (K + 1), q = e % (K + 1);
+          const long long r = n * C + c0 + i - 1;   // the row before, in the whole output
+          const int cb = (int)((r + C) % C);        // its channel (row -1 has none: its weights are never used)
+          float v = 0.f;
+          if (q < K) v = to_f(w[(long long)cb * K + q]);
+          else if constexpr (HAS_BIAS) v = to_f(BIAS_PTR[cb]);
+          wb[e] = v;
+        }
+#pragma unroll
+        for (int k = 0; k < TPT; ++k) {
+          const int e = threadIdx.x + k * NT;
+          if (e < G * TW) tz[(e % G) * TW + e / G] = tv[k];
+        }
+      }
     }
 #pragma unroll
     for (int u = 0; u < PER; ++u) {
@@ -190,6 +242,9 @@ extern "C" __global__ __launch_bounds__(NT, MINB) void dwconv1d_bands(PARAMS) {
     const int i = e / NVR, j = e % NVR;
     const int l = t * LT - phase(i) + j * VEC;      // the row's output of the vector's element 0
     if (l >= LOUT) continue;
+    // Note [a row's first vector whole]: the vector that holds this row's end and the next row's start is the next
+    // row's to store (but for the output's last row)
+    if (JOIN && l + VEC > LOUT && n * C + c0 + i < NROWS - 1) continue;
     const T* zr = zs + row_base(i) + (j + 1) * VEC;
     const Pack<T, VEC> lo = *reinterpret_cast<const Pack<T, VEC>*>(zr);
     const Pack<T, VEC> hi = *reinterpret_cast<const Pack<T, VEC>*>(zr + VEC);
@@ -208,8 +263,21 @@ extern "C" __global__ __launch_bounds__(NT, MINB) void dwconv1d_bands(PARAMS) {
       for (int q = 0; q < K; ++q) a = fmaf(wk[q], v[u + q], a);
       o[u] = a;
     }
+    if (JOIN && l < 0) {                            // elements u < -l: the row before's last outputs
+#pragma unroll
+      for (int q = 0; q <= K; ++q) wk[q] = wb[i * (K + 1) + q];
+#pragma unroll
+      for (int u = 0; u < VEC; ++u) {
+        if (u < -l) {
+          float a = wk[K];
+#pragma unroll
+          for (int q = 0; q < K; ++q) a = fmaf(wk[q], to_f(tz[i * TW + VEC + l + u + q]), a);
+          o[u] = a;
+        }
+      }
+    }
     TO* const yp = yb + (long long)i * LOUT + l;    // 16-byte aligned: the Note
-    if (l >= 0 && l + VEC <= LOUT) {
+    if ((JOIN || l >= 0) && l + VEC <= LOUT) {
       store16(yp, o);
     } else {                                        // the row's start or end: the rest is a neighbour row's
 #pragma unroll
@@ -232,13 +300,13 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
 {typedefs(T=x.dtype, TO=y.dtype)}
 {consts(C=c, LIN=l_in, LOUT=l_out, K=k, PAD=pad, NT=block, VEC=vec, G=g, LT=lt, RS=row_stride(p),
         NW=window(card, p), PER=p["ld"], WS_FLOATS=_ws_bytes(p, k) // 4, MINB=min_blocks(card, p),
-        HAS_BIAS=int(has_bias), BFIRST=int(bool(p.get("bfirst"))))}
+        HAS_BIAS=int(has_bias), BFIRST=int(bool(p.get("bfirst"))), JOIN=int(bool(p.get("join"))), NROWS=n * c)}
 constexpr long long XS0 = {x.stride[0]}LL, XS2 = {x.stride[2]}LL;
 typedef {"unsigned short" if ITEMSIZE[x.dtype] == 2 else "unsigned"} Bits;  // an input element's bits
 """
     source = head + STORE16 + KERNEL.replace("PARAMS", params).replace("BIAS_PTR", "b" if has_bias else "w")
     desc = f"depthwise conv1d k={k} bands g={g} lt={lt} block={block} ld={p['ld']} (input channels-fast) vec={vec}" + \
-        (" bands first" if p.get("bfirst") else "")
+        (" bands first" if p.get("bfirst") else "") + (" rows joined" if p.get("join") else "")
     grid = (bands(card, p), c // g, n) if p.get("bfirst") else (c // g, bands(card, p), n)
     return make_candidate(source, [launch("dwconv1d_bands", grid, block, args, smem=smem_bytes(card, p))],
                           desc, p, align_of(vec, [x]))
