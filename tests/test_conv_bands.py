@@ -11,7 +11,7 @@ import pytest
 
 import template_cards as tc
 from forge_backend.search.templates import conv, conv_bands
-from test_conv_flat import random_conv, reference
+from test_conv_flat import assert_valid_and_compile, random_conv, reference
 
 
 def bands_model(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pad: int, g: int, vec: int,
@@ -143,8 +143,6 @@ def test_bands_fill_is_free_of_bank_conflicts_at_a_line_a_position(g, vec, isz):
 
 
 def test_bands_compiles_for_sm90_at_every_knob():
-    from forge_backend.runtime.nvrtc import compile_candidate
-
     qwen = tc.causal_conv1d(8192, 2048)
     layouts = [(qwen, {"strategy": "bands", "g": g, "lt": lt, "block": blk, "ld": ld, "vec": 8})
                for g in (32, 64, 128) for lt in (128, 256, 512) for blk in (256, 512) for ld in (4, 8)]
@@ -155,9 +153,7 @@ def test_bands_compiles_for_sm90_at_every_knob():
                 (tc.causal_conv1d(48, 61, k=5, dtype="float32", padding=6, batch=2),  # Note [a row's first vector whole]
                  {"strategy": "bands", "g": 16, "lt": 128, "block": 256, "ld": 2, "vec": 4, "join": True})]
     layouts += [(qwen, {**p, "join": True}) for _, p in layouts[:4]]
-    for card, p in layouts:
-        assert conv.valid(card, p), p
-        assert compile_candidate(conv.generate(card, p), "sm_90").cubin
+    assert_valid_and_compile(layouts)
 
 
 def test_bands_is_valid_where_its_note_says():

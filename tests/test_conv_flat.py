@@ -63,6 +63,15 @@ def random_conv(n: int, c: int, l_in: int, k: int, bias: bool,
     return x, w, (rng.standard_normal(c) if bias else None)
 
 
+def assert_valid_and_compile(layouts: list) -> None:
+    """Every (card, params) is valid and compiles for sm_90 through NVRTC."""
+    from forge_backend.runtime.nvrtc import compile_candidate
+
+    for card, p in layouts:
+        assert conv.valid(card, p), p
+        assert compile_candidate(conv.generate(card, p), "sm_90").cubin
+
+
 def reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pad: int) -> np.ndarray:
     n_, c_, l_in = x.shape
     k = w.shape[1]
@@ -97,8 +106,6 @@ def test_flat_model_stores_whole_vectors_where_the_runs_allow():
 
 def test_flat_compiles_for_sm90_at_every_knob():
     """Every group, block and loads-per-thread setting at Qwen's conv, and the GPU tests' odd layouts, through NVRTC."""
-    from forge_backend.runtime.nvrtc import compile_candidate
-
     qwen = tc.causal_conv1d(8192, 2048)
     layouts = [(qwen, {"strategy": "flat", "g": g, "block": b, "ld": ld, "vec": 8})
                for g in (8, 16, 32) for b in (128, 256, 512) for ld in (4, 8, 16)]
@@ -106,9 +113,7 @@ def test_flat_compiles_for_sm90_at_every_knob():
                  {"strategy": "flat", "g": 16, "block": 256, "ld": 8, "vec": 4}),
                 (tc.causal_conv1d(40, 73, k=3, dtype="float16", bias=True, batch=3),
                  {"strategy": "flat", "g": 8, "block": 512, "ld": 16, "vec": 8})]
-    for card, p in layouts:
-        assert conv.valid(card, p), p
-        assert compile_candidate(conv.generate(card, p), "sm_90").cubin
+    assert_valid_and_compile(layouts)
 
 
 def test_flat_is_valid_where_its_note_says():

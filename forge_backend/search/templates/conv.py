@@ -43,12 +43,12 @@ from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
-from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, SM_SMEM, SMEM_LIMIT, SMS, STATIC_SMEM_LIMIT, align_of, cdiv,
-                     consts, filter_actions, flag_knob, input_spec, launch, make_candidate, output_spec, scale_knob,
-                     typedefs)
+from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, SMEM_LIMIT, SMS, STATIC_SMEM_LIMIT, align_of, cdiv, consts,
+                     filter_actions, flag_knob, input_spec, launch, make_candidate, output_spec, scale_knob, typedefs)
 from . import conv_bands
 from .conv_flat import FLAT_KERNEL, FLAT_PIECES, FLAT_PIPE_KERNEL
-from .conv_shared import STORE16, channels_fast as _channels_fast, conv_params as _conv_params, dims as _dims
+from .conv_shared import STORE16, blocks_per_sm, contiguous_output, weights_bytes
+from .conv_shared import channels_fast as _channels_fast, conv_params as _conv_params, dims as _dims
 
 OP = "aten.convolution.default"
 MAX_K = 32
@@ -115,18 +115,13 @@ def _flat_zs(card: OperatorCard, p: dict[str, Any]) -> int:
     return cdiv(p["g"] * l_out + k - 1 + 3 * p["vec"], p["vec"]) * p["vec"]
 
 
-def _flat_ws_bytes(p: dict[str, Any], k: int) -> int:
-    """Bytes of one run's weights and biases (fp32, G x (K + 1)), rounded up to 16."""
-    return cdiv(p["g"] * (k + 1) * 4, 16) * 16
-
-
 def _flat_buffers(p: dict[str, Any]) -> int:
     """Runs a block holds in shared memory: two with ``pipe`` (Note [the next run's loads in flight]), else one."""
     return 2 if p.get("pipe") else 1
 
 
 def _flat_smem(card: OperatorCard, p: dict[str, Any]) -> int:
-    one = _flat_ws_bytes(p, _dims(card)[4]) + _flat_zs(card, p) * ITEMSIZE[input_spec(card, "input").dtype]
+    one = weights_bytes(p["g"], _dims(card)[4]) + _flat_zs(card, p) * ITEMSIZE[input_spec(card, "input").dtype]
     return _flat_buffers(p) * one
 
 
@@ -139,8 +134,7 @@ def _flat_min_blocks(card: OperatorCard, p: dict[str, Any]) -> int:
     """Blocks a ``flat`` kernel asks to fit on one SM (``__launch_bounds__``): as many as shared memory allows, but
     never a register bound under 64 a thread, or with ``pipe`` under 64 plus the next run's loads (held through the
     current run's stores: four registers each)."""
-    regs = 64 + (4 * _flat_loads(card, p) if p.get("pipe") else 0)
-    return max(1, min(SM_SMEM // (_flat_smem(card, p) + 1024), 65536 // (p["block"] * regs)))
+    return blocks_per_sm(_flat_smem(card, p), p["block"], 64 + (4 * _flat_loads(card, p) if p.get("pipe") else 0))
 
 
 def _flat_grid(card: OperatorCard, p: dict[str, Any]) -> int:
@@ -158,13 +152,13 @@ def _flat_ok(card: OperatorCard, p: dict[str, Any]) -> bool:
     loads that fit in registers. With ``pipe`` (Note [the next run's loads in flight]) LD is every load of a run and
     no knob."""
     n, c, _, l_out, k, pad = _dims(card)
-    x, y = input_spec(card, "input"), output_spec(card, 0)
+    x = input_spec(card, "input")
     vec, g = p.get("vec", 0), p.get("g", 0)
     if set(p) - FLAT_KEYS or vec * ITEMSIZE[x.dtype] != 16 or not _channels_fast(card):
         return False
     if c % vec or x.stride[0] % vec or x.stride[2] % vec or k - 1 > pad or k > vec + 1 or l_out < vec:
         return False
-    if tuple(y.stride) != (c * l_out, l_out, 1) or y.offset_align % 16:
+    if not contiguous_output(card):
         return False
     if g not in (8, 16, 32, 64) or g % vec or c % g or p.get("block") not in (128, 256, 512):
         return False
@@ -417,7 +411,7 @@ def _generate_flat(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     head = f"""{PREAMBLE}
 {typedefs(T=x.dtype, TO=y.dtype)}
 {consts(C=c, LIN=l_in, LOUT=l_out, K=k, PAD=pad, NT=block, VEC=vec, G=g, PER=_flat_loads(card, p),
-        NRUNS=n * (c // g), ZS=_flat_zs(card, p), WS_FLOATS=_flat_ws_bytes(p, k) // 4, MINB=_flat_min_blocks(card, p),
+        NRUNS=n * (c // g), ZS=_flat_zs(card, p), WS_FLOATS=weights_bytes(g, k) // 4, MINB=_flat_min_blocks(card, p),
         HAS_BIAS=int(has_bias))}
 constexpr long long XS0 = {x.stride[0]}LL, XS2 = {x.stride[2]}LL;
 """

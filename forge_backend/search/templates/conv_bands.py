@@ -8,9 +8,9 @@ from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
-from .common import (ITEMSIZE, PREAMBLE, SM_SMEM, SMEM_LIMIT, align_of, cdiv, consts, flag_knob, input_spec, launch,
+from .common import (ITEMSIZE, PREAMBLE, SMEM_LIMIT, align_of, cdiv, consts, flag_knob, input_spec, launch,
                      make_candidate, output_spec, scale_knob, typedefs)
-from .conv_shared import STORE16, channels_fast, contiguous_output, conv_params, dims
+from .conv_shared import STORE16, blocks_per_sm, channels_fast, contiguous_output, conv_params, dims, weights_bytes
 
 # Note [channel rows over a band of positions]
 # ``flat`` (Note [a block's channel rows as one flat run]) reads one 32-byte sector of each input position's 128-byte
@@ -70,7 +70,6 @@ from .conv_shared import STORE16, channels_fast, contiguous_output, conv_params,
 # first. The root runs bands first.
 
 BANDS_KEYS = frozenset({"strategy", "g", "lt", "block", "ld", "vec", "bfirst", "join"})
-MAX_BAND_LOADS = 16  # 16-byte loads a thread holds in flight (LD)
 
 
 def bands(card: OperatorCard, p: dict[str, Any]) -> int:
@@ -86,9 +85,8 @@ def row_stride(p: dict[str, Any]) -> int:
 
 
 def _ws_bytes(p: dict[str, Any], k: int) -> int:
-    """Bytes of the block's weights and biases (fp32, G x (K + 1)), with ``join`` also the rows before's, rounded
-    up to 16."""
-    return cdiv((2 if p.get("join") else 1) * p["g"] * (k + 1) * 4, 16) * 16
+    """Bytes of the block's weights and biases, with ``join`` also the rows before's."""
+    return weights_bytes(p["g"], k, 2 if p.get("join") else 1)
 
 
 def smem_bytes(card: OperatorCard, p: dict[str, Any]) -> int:
@@ -104,16 +102,14 @@ def window(card: OperatorCard, p: dict[str, Any]) -> int:
 
 
 def min_blocks(card: OperatorCard, p: dict[str, Any]) -> int:
-    """Blocks the kernel asks to fit on one SM (``__launch_bounds__``): as many as shared memory allows, but never a
-    register bound under 64 a thread."""
-    return max(1, min(SM_SMEM // (smem_bytes(card, p) + 1024), 65536 // (p["block"] * 64)))
+    return blocks_per_sm(smem_bytes(card, p), p["block"])
 
 
 def defaults(card: OperatorCard) -> dict[str, Any]:
     """64 bytes of channels, bands of 256 outputs run first (Note [bands first]), 256 threads, every load of a band in
     flight. Measured on the H200 at Qwen's [1, 8192, 2048] bf16 (twenty-fourth session, probe_session24_conv_bands*,
-    each line one run): 22.0 us, against 22.4 us for 128 bytes of channels over bands of 128 run first, 22.8-23.1
-    us for either with the channel tiles first, 23.3-32 us at 128 channels (256 bytes) or 512 threads, and the
+    each line one run): 21.7-22.0 us, against 22.4 us for 128 bytes of channels over bands of 128 run first, 22.7-23.2
+    us with the channel tiles first, 23.9-37 us at 128 channels (256 bytes), 512 threads or bands of 512, and the
     flat runs' 24.9-25.1 us."""
     isz = ITEMSIZE[input_spec(card, "input").dtype]
     return {"strategy": "bands", "g": 64 // isz, "lt": 256, "block": 256, "ld": 8, "vec": 16 // isz, "bfirst": True}
@@ -136,7 +132,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         return False
     if p.get("join") not in (None, True) or (p.get("join") and dims(card)[3] < vec):
         return False  # Note [a row's first vector whole]: a row's first vector must not reach its end
-    return smem_bytes(card, p) <= SMEM_LIMIT and p["ld"] <= MAX_BAND_LOADS and c // g < 2**31 and \
+    return smem_bytes(card, p) <= SMEM_LIMIT and c // g < 2**31 and \
         (bands(card, p) if not p.get("bfirst") else c // g) <= 65535 and n <= 65535
 
 

@@ -6,7 +6,7 @@ Leaf of the templates package beside common.py: it imports nothing from the stra
 from __future__ import annotations
 
 from ...cards import OperatorCard
-from .common import input_spec, output_spec
+from .common import SM_SMEM, cdiv, input_spec, output_spec
 
 
 def dims(card: OperatorCard) -> tuple[int, int, int, int, int, int]:
@@ -26,6 +26,18 @@ def contiguous_output(card: OperatorCard) -> bool:
     n, c, _, l_out, _, _ = dims(card)
     y = output_spec(card, 0)
     return tuple(y.stride) == (c * l_out, l_out, 1) and y.offset_align % 16 == 0
+
+
+def weights_bytes(g: int, k: int, sets: int = 1) -> int:
+    """Bytes of ``sets`` blocks' worth of G channels' weights and biases in shared memory (fp32, G x (K + 1) each),
+    rounded up to 16."""
+    return cdiv(sets * g * (k + 1) * 4, 16) * 16
+
+
+def blocks_per_sm(smem: int, block: int, regs: int = 64) -> int:
+    """Blocks a kernel asks to fit on one SM (``__launch_bounds__``): as many as shared memory allows (each resident
+    block also takes 1 KB), but never a register bound under ``regs`` a thread."""
+    return max(1, min(SM_SMEM // (smem + 1024), 65536 // (block * regs)))
 
 
 def conv_params(card: OperatorCard) -> tuple[str, list[str]]:
