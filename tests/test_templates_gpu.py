@@ -548,3 +548,57 @@ def test_conv_bands_pass_the_verifier(case):
 def test_conv_chunks_pass_the_verifier(case):
     card, params = case
     check(card, {"strategy": "chunks", "vec": 16 // (4 if card.inputs[0].spec.dtype == "float32" else 2), **params})
+
+
+# Note [a group re-read from the L2, a few groups later] (gn_lag.py): the anchor rows it is made for, 2-byte packs of
+# odd planes, no affine, empty warp runs (more warps than packs), lags of 1-3, every re-read and the kept first read,
+# blocks of 128-1024 threads
+GN_LAG = [
+    (tc.group_norm(1, 128, 1024, 1024, dtype="float32", used=(0,)), {}),
+    (tc.group_norm(1, 128, 1024, 1024, dtype="bfloat16", used=(0,)), {"lag": 2, "keep": True}),
+    (tc.group_norm(2, 1536, 64, 64, dtype="float32"), {"lag": 3, "again": "first"}),
+    (tc.group_norm(2, 96, 37, 41, groups=8, dtype="float16", affine=False), {"again": "ld", "unroll": 1}),
+    (tc.group_norm(1, 64, 200, 200, groups=8, dtype="bfloat16"), {"block": 1024, "bpb": 1, "lag": 2}),
+    (tc.group_norm(4, 64, 8, 8, groups=32, dtype="float32"), {"block": 128, "bpb": 8, "lag": 3}),
+    (tc.group_norm(3, 48, 33, 32, groups=6, dtype="bfloat16", used=(0,)), {"block": 256, "bpb": 4, "keep": True,
+                                                                            "again": "cs"}),
+]
+
+
+@pytest.mark.parametrize("case", GN_LAG, ids=lambda c: "x".join(map(str, c[0].inputs[0].spec.shape)) +
+                         f"-{c[0].inputs[0].spec.dtype}" + "".join(f"-{k}{v}" for k, v in c[1].items()))
+def test_group_norm_lag_passes_the_verifier(case):
+    card, knobs = case
+    check(card, {**family_for(card).defaults(card, "lag"), **knobs})
+
+
+@pytest.mark.parametrize("case", [GN_LAG[2], GN_LAG[5]], ids=["lag3", "small"])
+def test_group_norm_lag_launches_in_a_row_share_one_kept_scratch(case):
+    """Its counts and epoch carry from launch to launch (the Note): each launch right, each advancing the epoch once
+    and rearming the exit count."""
+    card, knobs = case
+    launches_in_a_row(card, {**family_for(card).defaults(card, "lag"), **knobs}, 300)
+
+
+def test_group_norm_lag_is_captured_and_replayed_by_a_cuda_graph():
+    card = tc.group_norm(2, 1536, 64, 64, dtype="float32", used=(0,))
+    fam = family_for(card)
+    cand = fam.generate(card, fam.defaults(card, "lag"))
+    run = Launcher(card, cand, compile_candidate(cand, card.arch).cubin, DEV)
+    inputs = make_inputs(card, "normal", 7, DEV)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run(inputs)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = run(inputs)
+    sig = card.signature_obj()
+    for seed in range(3):
+        for dst, src in zip(inputs, make_inputs(card, "normal", 20 + seed, DEV)):
+            dst.copy_(src)
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = call_aten(sig, inputs)[0]
+        torch.testing.assert_close(outs[0], ref, rtol=1e-4, atol=1e-4)

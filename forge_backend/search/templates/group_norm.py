@@ -29,6 +29,8 @@ already in flight into registers, so one group's statistics, barrier and stores 
 Groups of 256 KB or more. It lost every probe on the H200 (seventh session, probe_pipe.json: [1,512,256,256] bf16
 111.8 us against the root's 55.1 us; [2,1536,64,64] bf16 35.2 against 47.3 us, where the cluster runs 26.8 us):
 each cluster's walk serialises its groups, and the next group's loads only overlap what is left of this one.
+``lag`` (gn_lag.py): nothing kept on chip; each group is read for its statistic and re-read from the L2 a group
+or more later, when it is normalised. Slower than the relay wherever it was probed, so an action, not a seed.
 ``stream`` (split, sync, cluster and pipe) makes the last read of the input and the write of the output
 streaming accesses (ld/st.global.cs), so the output does not push input that is still to be re-read out of L2.
 Note [ticket barrier progress]
@@ -49,11 +51,12 @@ from .common import (FLOAT_DTYPES, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, 
                      filter_actions, flag_knob, flat_contiguous, input_spec, kept_ok, knob, launch, main_input,
                      main_itemsize, make_candidate, output_spec, param_ok, plan_params, pow2_ceil, same_layout,
                      scale_knob, tma_ok, typedefs, vec_ok, walk_head)
+from . import gn_lag
 from .relay import (RELAY_HELPERS, relay_actions, relay_consts, relay_defaults, relay_kernel, relay_launch,
                     relay_scratch, relay_valid, relay_writers)
 
 OPS = ("aten.native_group_norm.default",)
-STRATEGIES = ("sync", "split", "cluster", "pipe", "relay")
+STRATEGIES = ("sync", "split", "cluster", "pipe", "relay", "lag")
 
 
 def matches(card: OperatorCard) -> bool:
@@ -79,6 +82,8 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
     vec = best_vec(gcd(card.sizes["HxW"], gs), card_tensors(card))
     if strategy == "relay":
         return relay_defaults(main_itemsize(card))
+    if strategy == "lag":  # Note [a group re-read from the L2, a few groups later] in gn_lag.py
+        return gn_lag.defaults(card)
     block = clamp(pow2_ceil(cdiv(gs, vec * 4)), 64, 512)  # small groups: fewer idle threads
     if strategy == "sync" and gs * main_itemsize(card) >= 2**20:
         # groups of >= 1 MB: re-read the chunk from L2 and stream the last read and the write. [1,512,256,256] ran
@@ -146,7 +151,8 @@ def own_writers(card: OperatorCard, p: dict[str, Any]) -> dict[str, Any]:
 
 def seeds(card: OperatorCard) -> list[dict[str, Any]]:
     root = root_params(card)
-    others = [p for s in STRATEGIES if s != root["strategy"] and valid(card, p := defaults(card, s))]
+    # lag lost every probe (Note [a group re-read from the L2, a few groups later] in gn_lag.py): an action only
+    others = [p for s in STRATEGIES if s not in (root["strategy"], "lag") and valid(card, p := defaults(card, s))]
     # the kept-in-part cluster right after the root: it won every probe of the groups it is made for, and an
     # 8-iteration search (a compile's default) only reaches its first three or four seeds; behind a root with
     # writers of their own, the relay without them, which it replaced (ties on three of six rows), and for 4-byte
@@ -206,6 +212,8 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         gs, isz, ng = card.sizes["group_size"], main_itemsize(card), card.sizes["N"] * card.sizes["G"]
         return (isinstance(vec, int) and vec_ok(vec, gcd(card.sizes["HxW"], gs), card_tensors(card))
                 and gs * isz >= 256 * 1024 and relay_valid(p, ng, gs, isz, vbytes=16))
+    if s == "lag":
+        return gn_lag.valid(card, p)
     if s not in STRATEGIES or block % 32 or not 32 <= block <= 1024:
         return False
     isz = main_itemsize(card)
@@ -254,6 +262,8 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
     acts = [(f"strategy {p['strategy']} -> {s}", defaults(card, s)) for s in STRATEGIES if s != p["strategy"]]
     if p["strategy"] == "relay":
         return filter_actions(card, p, acts + relay_actions(p), valid)
+    if p["strategy"] == "lag":
+        return filter_actions(card, p, acts + gn_lag.actions(p), valid)
     for name in ("vec", "block", "k", "bpt", "cs", "clusters"):
         acts += scale_knob(p, name)
     if "reverse" in p:
@@ -734,4 +744,6 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
         desc = "group_norm relay " + " ".join(f"{k}={v}" for k, v in sorted(p.items()) if k != "strategy")
         return make_candidate(source, launches, desc, p, align_of(p["vec"], card_tensors(card)),
                               relay_scratch(str(ng), cdiv(card.sizes["group_size"], p["pe"])))
+    if p["strategy"] == "lag":
+        return gn_lag.generate(card, p, (_gn_stat_dtype(card, 1), _gn_stat_dtype(card, 2)))
     return _group_norm(card, p)
