@@ -114,7 +114,8 @@ def run_stats(values: np.ndarray):
         if values.size else (0.0, 0.0, 0.0)
 
 
-def launch(sc: Scratch, data: np.ndarray, w: int, lag_: int, rng: random.Random, launch_id: int) -> None:
+def launch(sc: Scratch, data: np.ndarray, w: int, lag_: int, rng: random.Random, launch_id: int,
+           early: bool = False) -> None:
     """One launch of the kernel's protocol over ``data`` [NG, GS]: every warp of every block as a generator that
     yields where the kernel touches global memory or spins; a random scheduler runs them. Checks: no deadlock; a
     warp reads a statistic of this launch; a block's ring entry holds one group at a time; each group's statistic
@@ -124,62 +125,72 @@ def launch(sc: Scratch, data: np.ndarray, w: int, lag_: int, rng: random.Random,
     runs = np.array_split(np.arange(gs), nb * w)
     finals = {}
 
+    ring, stats = RING + early, STATS + early  # Note [a statistic published before the wait]: one more entry each
+
+    def fetch(gw: int, base: int, block: dict):  # one warp of the block fetches the statistic into shared memory
+        sl = gw % stats
+        if block["stag"][sl] != gw:
+            claimed = block["sclaim"][sl] < gw
+            block["sclaim"][sl] = max(block["sclaim"][sl], gw)
+            yield True
+            if claimed:
+                while (sc.cnt[gw] - base) % M32 < nb + 1:
+                    yield False
+                written_by, _ = sc.stat[gw]
+                assert written_by == launch_id, "a statistic of an earlier launch"
+                block["sstat"][sl] = gw
+                block["stag"][sl] = gw
+            else:
+                while block["stag"][sl] != gw:
+                    yield False
+        yield True
+        assert block["sstat"][sl] == gw, f"entry {sl} replaced by group {block['sstat'][sl]} before group {gw} was read"
+
+    def publish(gr: int, base: int, b: int, wi: int, block: dict):
+        r = gr % ring
+        owner = block["ring_group"][r]
+        assert owner in (None, gr), f"ring entry {r} holds group {owner} while group {gr} arrives"
+        block["ring_group"][r] = gr
+        block["wpart"][r][wi] = run_stats(data[gr, runs[b * w + wi]])
+        block["wcnt"][r] += 1
+        if block["wcnt"][r] != w:
+            return
+        acc = (0.0, 0.0, 0.0)
+        for i in range(w):  # warp order
+            acc = chan(acc, block["wpart"][r][i])
+        block["wcnt"][r], block["ring_group"][r] = 0, None
+        sc.part[gr, b] = acc
+        yield True
+        old = sc.cnt[gr]
+        sc.cnt[gr] = (old + 1) % M32
+        if (old - base) % M32 != nb - 1:
+            return
+        yield True
+        acc = (0.0, 0.0, 0.0)
+        for i in range(nb):  # block order
+            acc = chan(acc, sc.part[gr, i])
+        assert gr not in finals
+        finals[gr] = acc
+        sc.stat[gr] = (launch_id, acc)
+        sc.cnt[gr] = (sc.cnt[gr] + 1) % M32
+
     def warp(b: int, wi: int, block: dict):
         while "base" not in block:  # thread 0 reads the epoch before the block's warps start
             yield False
         base = block["base"]
         for s in range(ng + lag_):
             gr, gw = s, s - lag_
-            if gw >= 0:  # one warp of the block fetches the statistic into shared memory, the others wait for it
-                sl = gw % STATS
-                if block["stag"][sl] != gw:
-                    claimed = block["sclaim"][sl] < gw
-                    block["sclaim"][sl] = max(block["sclaim"][sl], gw)
-                    yield True
-                    if claimed:
-                        while (sc.cnt[gw] - base) % M32 < nb + 1:
-                            yield False
-                        written_by, _ = sc.stat[gw]
-                        assert written_by == launch_id, "a statistic of an earlier launch"
-                        block["sstat"][sl] = gw
-                        block["stag"][sl] = gw
-                    else:
-                        while block["stag"][sl] != gw:
-                            yield False
+            if early and gr < ng:
                 yield True
-                assert block["sstat"][sl] == gw, f"entry {sl} replaced by group {block['sstat'][sl]} before group {gw} was read"
+                yield from publish(gr, base, b, wi, block)
+            if gw >= 0:
+                yield from fetch(gw, base, block)
             yield True
-            if gr >= ng:
-                continue
-            r = gr % RING
-            owner = block["ring_group"][r]
-            assert owner in (None, gr), f"ring entry {r} holds group {owner} while group {gr} arrives"
-            block["ring_group"][r] = gr
-            block["wpart"][r][wi] = run_stats(data[gr, runs[b * w + wi]])
-            block["wcnt"][r] += 1
-            if block["wcnt"][r] != w:
-                continue
-            acc = (0.0, 0.0, 0.0)
-            for i in range(w):  # warp order
-                acc = chan(acc, block["wpart"][r][i])
-            block["wcnt"][r], block["ring_group"][r] = 0, None
-            sc.part[gr, b] = acc
-            yield True
-            old = sc.cnt[gr]
-            sc.cnt[gr] = (old + 1) % M32
-            if (old - base) % M32 != nb - 1:
-                continue
-            yield True
-            acc = (0.0, 0.0, 0.0)
-            for i in range(nb):  # block order
-                acc = chan(acc, sc.part[gr, i])
-            assert gr not in finals
-            finals[gr] = acc
-            sc.stat[gr] = (launch_id, acc)
-            sc.cnt[gr] = (sc.cnt[gr] + 1) % M32
+            if not early and gr < ng:
+                yield from publish(gr, base, b, wi, block)
 
-    blocks = [{"wcnt": [0] * RING, "ring_group": [None] * RING, "wpart": [[None] * w for _ in range(RING)],
-               "stag": [-1] * STATS, "sclaim": [-1] * STATS, "sstat": [None] * STATS} for _ in range(nb)]
+    blocks = [{"wcnt": [0] * ring, "ring_group": [None] * ring, "wpart": [[None] * w for _ in range(ring)],
+               "stag": [-1] * stats, "sclaim": [-1] * stats, "sstat": [None] * stats} for _ in range(nb)]
     agents = {(b, wi): warp(b, wi, blocks[b]) for b in range(nb) for wi in range(w)}
     left, idle = {b: w for b in range(nb)}, 0
     while agents:
@@ -208,15 +219,16 @@ def launch(sc: Scratch, data: np.ndarray, w: int, lag_: int, rng: random.Random,
         assert finals[g][2] == pytest.approx(want[2], rel=1e-9, abs=1e-9)
 
 
+@pytest.mark.parametrize("early", [False, True], ids=["wait-first", "early"])
 @pytest.mark.parametrize("nb,w,ng,lag_,epoch", [(3, 4, 5, 1, 0), (4, 2, 7, 2, 0), (2, 3, 4, 3, 0),
                                                  (3, 4, 6, 1, M32 // 4 - 1), (1, 1, 3, 2, 0)])
-def test_protocol_progresses_and_combines_each_group_once(nb, w, ng, lag_, epoch):
+def test_protocol_progresses_and_combines_each_group_once(nb, w, ng, lag_, epoch, early):
     rng = random.Random(nb * 100 + w * 10 + ng + lag_)
     sc = Scratch(ng, nb, epoch=epoch)
     start = sc.epoch
     for i in range(3):  # launches in a row on one kept scratch
         data = np.random.default_rng(i).normal(3.0, 2.0, (ng, 29))
-        launch(sc, data, w, lag_, rng, launch_id=i)
+        launch(sc, data, w, lag_, rng, launch_id=i, early=early)
         assert (sc.epoch, sc.exits) == (start + i + 1, 0)
         assert all((c - sc.epoch * (nb + 1)) % M32 == 0 for c in sc.cnt)
 
@@ -240,3 +252,15 @@ def test_the_model_finds_statistics_replaced_too_soon(monkeypatch):
     with pytest.raises(AssertionError, match="replaced|ring entry"):
         for seed in range(20):
             launch(Scratch(8, 3), np.random.default_rng(seed).normal(size=(8, 29)), 4, 3, random.Random(seed), 0)
+
+
+def test_an_early_statistic_needs_one_more_entry_each(monkeypatch):
+    """Published before the wait, a block's warps may be one group further apart: LAG entries no longer suffice."""
+    import test_gn_lag as me
+
+    monkeypatch.setattr(me, "RING", 2)
+    monkeypatch.setattr(me, "STATS", 2)
+    with pytest.raises(AssertionError, match="replaced|ring entry"):
+        for seed in range(20):
+            launch(Scratch(8, 3), np.random.default_rng(seed).normal(size=(8, 29)), 4, 3, random.Random(seed), 0,
+                   early=True)

@@ -562,6 +562,10 @@ GN_LAG = [
     (tc.group_norm(4, 64, 8, 8, groups=32, dtype="float32"), {"block": 128, "bpb": 8, "lag": 3}),
     (tc.group_norm(3, 48, 33, 32, groups=6, dtype="bfloat16", used=(0,)), {"block": 256, "bpb": 4, "keep": True,
                                                                             "again": "cs"}),
+    # Note [a statistic published before the wait]
+    (tc.group_norm(1, 128, 1024, 1024, dtype="float32", used=(0,)), {"early": True, "block": 1024, "bpb": 1}),
+    (tc.group_norm(2, 96, 37, 41, groups=8, dtype="float16", affine=False), {"early": True, "lag": 3, "again": "ld"}),
+    (tc.group_norm(4, 64, 8, 8, groups=32, dtype="float32"), {"early": True, "block": 128, "bpb": 8, "lag": 2}),
 ]
 
 
@@ -572,7 +576,7 @@ def test_group_norm_lag_passes_the_verifier(case):
     check(card, {**family_for(card).defaults(card, "lag"), **knobs})
 
 
-@pytest.mark.parametrize("case", [GN_LAG[2], GN_LAG[5]], ids=["lag3", "small"])
+@pytest.mark.parametrize("case", [GN_LAG[2], GN_LAG[5], GN_LAG[9]], ids=["lag3", "small", "early"])
 def test_group_norm_lag_launches_in_a_row_share_one_kept_scratch(case):
     """Its counts and epoch carry from launch to launch (the Note): each launch right, each advancing the epoch once
     and rearming the exit count."""

@@ -42,6 +42,17 @@ seed.
   32 MB held push most re-reads out (3.19 TB/s x 487.1 us = 1.55 GB, 39% hits). A statistic needs every warp of the
   grid to finish the group, then two levels of combining: the chain is as long as a step, and one lag is too short to
   hide it while two are too long for the L2.
+
+Note [a statistic published before the wait]
+With knob ``early`` a step is two passes: a warp reads its run of group s and publishes the run's partial, and only
+then waits for group s - LAG's statistic and re-reads and writes that group. So group s's statistic is combined while
+the grid writes group s - LAG, instead of after it. A block's warps may then be one group further apart (a warp
+publishes group s before it has seen group s - LAG's statistic), so the ring of partials and the table of statistics
+take one more entry each (the model in tests/test_gn_lag.py finds LAG entries overwritten). Same run
+(probe_session25_gn_lag_early.json): [1,128,1024,1024] fp32 452.9 us at a lag of 1 with 1024 threads (the best lag
+layout measured; 495.9 with 512 x 2, 533.3 at a lag of 2) against the relay's 356.3 and 357.6; bf16 283.7 and 287.2
+against 140.7. Better than the default order (494.1-591.0 us in earlier runs), still 27% slower than the relay: an
+action, like the strategy.
 """
 from __future__ import annotations
 
@@ -75,12 +86,12 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     """Only this strategy's knobs, in range: packs that never straddle a channel (16 bytes for the hinted loads), a
     one-wave grid of at most 1024 threads an SM, a lag of 1-3 groups whose input fits 32 MB of the L2 (the Note's premise:
     the re-read is an L2 hit) and unrolls of 1, 2 or 4 packs a stream."""
-    if set(p) - {"strategy", "vec", "block", "bpb", "lag", "unroll", "keep", "again"}:
+    if set(p) - {"strategy", "vec", "block", "bpb", "lag", "unroll", "keep", "again", "early"}:
         return False
     vec, block, bpb, lag, unroll = (p.get(k) for k in ("vec", "block", "bpb", "lag", "unroll"))
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (vec, block, bpb, lag, unroll)):
         return False
-    if p.get("keep", True) is not True or p.get("again", "cs") not in AGAIN:
+    if p.get("keep", True) is not True or p.get("early", True) is not True or p.get("again", "cs") not in AGAIN:
         return False
     if (p.get("keep") or p.get("again") == "first") and vec * main_itemsize(card) != 16:
         return False  # the hinted loads move 16 bytes
@@ -104,7 +115,7 @@ def actions(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     acts += [knob(p, "lag", v) for v in (p["lag"] - 1, p["lag"] + 1)]
     acts += [knob(p, "unroll", u) for u in (1, 2, 4) if u != p["unroll"]]
     acts += [knob(p, "again", a) for a in AGAIN if a != p.get("again", "cs")]
-    return acts + [flag_knob(p, "keep")]
+    return acts + [flag_knob(p, "keep"), flag_knob(p, "early")]
 
 
 _HELPERS = r"""
@@ -135,6 +146,7 @@ def generate(card: OperatorCard, p: dict[str, Any], stat_dtypes: tuple[str, str]
     x = main_input(card)
     gs, ng, isz = card.sizes["group_size"], card.sizes["N"] * card.sizes["G"], main_itemsize(card)
     vec, nt, bpb, lag, unroll = p["vec"], p["block"], p["bpb"], p["lag"], p["unroll"]
+    early = int(bool(p.get("early")))  # Note [a statistic published before the wait]: one more entry each
     nb = SMS * bpb
     has_w, has_b = input_spec(card, "weight") is not None, input_spec(card, "bias") is not None
     if has_w or has_b:  # ATen's fused form: y = x * a + b with a = rstd * w[c], b = bias[c] - a * mean
@@ -154,47 +166,114 @@ def generate(card: OperatorCard, p: dict[str, Any], stat_dtypes: tuple[str, str]
              ("out:1", "TM* __restrict__ mean_out", "out1"), ("out:2", "TR* __restrict__ rstd_out", "out2"),
              (eps_arg(card, 1e-5), "float eps", ""), ("scratch:lag", "unsigned char* __restrict__ scratch", "")]
     params, args = plan_params(card, items)
-    source = f"""{PREAMBLE}
-{typedefs(T=x.dtype, TO=output_spec(card, 0).dtype, TW=dtype_or(card, "weight", x.dtype),
-          TB=dtype_or(card, "bias", x.dtype), TM=stat_dtypes[0], TR=stat_dtypes[1])}
-{consts(GS=gs, NG=ng, HW=card.sizes["HxW"], D=card.sizes["ch_per_group"], G=card.sizes["G"], VEC=vec, NT=nt,
-        W=nt // 32, NB=nb, BPB=bpb, LAG=lag, UNR=unroll, RING=RING, SR=STATS)}
-typedef Pack<T, VEC> P;
-typedef Pack<TO, VEC> PO;
-{_HELPERS}
-__device__ __forceinline__ P as_pack(uint4 r) {{ return *reinterpret_cast<P*>(&r); }}
-
-// Note [a group re-read from the L2, a few groups later] in gn_lag.py.
-extern "C" __global__ __launch_bounds__(NT, BPB) void gn_lag({params}) {{
-  __shared__ float4 wpart[RING][W];
-  __shared__ int wcnt[RING];
-  __shared__ float2 sstat[SR];  // statistics fetched for the block, tagged with their group
-  __shared__ int stag[SR], sclaim[SR];
-  __shared__ unsigned base_s;
-  float4* part = reinterpret_cast<float4*>(scratch);                 // [NG][NB] blocks' (count, mean, M2)
-  float2* stat = reinterpret_cast<float2*>(part + (long long)NG * NB);  // [NG] rounded (mean, rstd)
-  unsigned* cnt = reinterpret_cast<unsigned*>(stat + NG);             // [NG] arrivals, then the epoch and exits
-  unsigned* epoch = cnt + NG;
-  if (threadIdx.x < RING) wcnt[threadIdx.x] = 0;
-  if (threadIdx.x < SR) stag[threadIdx.x] = sclaim[threadIdx.x] = -1;
-  if (threadIdx.x == 0) base_s = *(volatile unsigned*)epoch * (unsigned)(NB + 1);
-  __syncthreads();
-  const unsigned base = base_s;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  constexpr long long GV = GS / VEC, SV = (GV + (long long)NB * W - 1) / ((long long)NB * W);
-  const long long vb = min(((long long)blockIdx.x * W + warp) * SV, GV), ve = min(vb + SV, GV);
-  unsigned long long keep = 0, drop = 0;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(keep));
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(drop));
-  for (int s = 0; s < NG + LAG; ++s) {{
-    const int gr = s, gw = s - LAG;
-    const bool rd = gr < NG, wr = gw >= 0;
-    const T* xr = x + (long long)gr * GS;
+    step_head = f"""    const T* xr = x + (long long)gr * GS;
     const T* xw = x + (long long)gw * GS;
     TO* yw = y + (long long)gw * GS;
     const int gg = gw % G;
     const float shift = rd && vb < ve ? to_f(xr[vb * VEC]) : 0.f;
-    // The first pass's loads of group gr go out before the wait for group gw's statistic, so the DRAM reads of this
+"""
+    if p.get("early"):  # Note [a statistic published before the wait]
+        publish = f"""  #pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {{ sx += __shfl_xor_sync(~0u, sx, o); sxx += __shfl_xor_sync(~0u, sxx, o); }}
+      const float n = (float)((ve - vb) * VEC);
+      const int r = gr % RING;
+      int last = 0;
+      if (lane == 0) {{
+        wpart[r][warp] = n > 0.f ? make_float4(n, shift + sx / n, fmaxf(sxx - sx * sx / n, 0.f), 0.f)
+                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+        __threadfence_block();
+        last = atomicAdd(&wcnt[r], 1) == W - 1;
+      }}
+      if (__shfl_sync(~0u, last, 0)) {{
+      __threadfence_block();  // the last warp of the block: its warps' partials, in warp order
+      float4 acc = warp_chan(lane < W ? wpart[r][lane] : make_float4(0.f, 0.f, 0.f, 0.f));
+      last = 0;
+      if (lane == 0) {{
+        wcnt[r] = 0;
+        part[(long long)gr * NB + blockIdx.x] = acc;
+        __threadfence();
+        last = atomicAdd(cnt + gr, 1u) - base == (unsigned)(NB - 1);
+      }}
+      if (__shfl_sync(~0u, last, 0)) {{
+      __threadfence();  // the last block of the group: every block's partial, in block order
+      acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int i = 0; i < (NB + 31) / 32; ++i) {{
+        const float4 v = lane + 32 * i < NB ? __ldcg(part + (long long)gr * NB + lane + 32 * i)
+                                            : make_float4(0.f, 0.f, 0.f, 0.f);
+        acc = Chan()(acc, v);
+      }}
+      acc = warp_chan(acc);
+      if (lane == 0) {{
+        const float mean = acc.y, rstd = rsqrtf(fmaxf(acc.z / acc.x, 0.f) + eps);
+        {outs}
+        stat[gr] = make_float2(round_to<TM>(mean), round_to<TR>(rstd));  // ATen normalises with the stored values
+        __threadfence();
+        atomicAdd(cnt + gr, 1u);
+      }}
+      }}
+      }}
+"""
+        step = step_head + f"""    float sx = 0.f, sxx = 0.f;
+    if (rd) {{  // knob early: group gr's loads and its statistic's publication before the wait for group gw's
+#pragma unroll 1
+      for (long long v0 = vb + lane; v0 < ve; v0 += 32 * UNR) {{
+        P p[UNR];
+#pragma unroll
+        for (int u = 0; u < UNR; ++u) if (v0 + 32 * u < ve) {{ const long long v = v0 + 32 * u; p[u] = {load_first}; }}
+#pragma unroll
+        for (int u = 0; u < UNR; ++u) {{
+          if (v0 + 32 * u < ve) {{
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {{ const float d = to_f(p[u].v[j]) - shift; sx += d; sxx += d * d; }}
+          }}
+        }}
+      }}
+{publish}
+    }}
+    if (!wr) continue;
+""" + f"""    float m_r = 0.f, r_r = 0.f;
+    if (wr) {{  // group gw's statistic: fetched from global memory by one warp of the block, the others read it here
+      const int sl = gw % SR;
+      float2 st = make_float2(0.f, 0.f);
+      if (lane == 0) {{
+        if (*(volatile int*)&stag[sl] != gw) {{
+          if (atomicMax(&sclaim[sl], gw) < gw) {{
+            while (ld_acquire(cnt + gw) - base < (unsigned)(NB + 1)) {{ }}
+            sstat[sl] = __ldcg(stat + gw);
+            __threadfence_block();
+            *(volatile int*)&stag[sl] = gw;
+          }} else {{
+            while (*(volatile int*)&stag[sl] != gw) {{ }}
+          }}
+        }}
+        __threadfence_block();
+        const volatile float* vs = reinterpret_cast<volatile float*>(&sstat[sl]);
+        st = make_float2(vs[0], vs[1]);
+      }}
+      m_r = __shfl_sync(~0u, st.x, 0);
+      r_r = __shfl_sync(~0u, st.y, 0);
+    }}
+#pragma unroll 1
+    for (long long v0 = vb + lane; v0 < ve; v0 += 32 * UNR) {{
+      P q[UNR];
+#pragma unroll
+      for (int u = 0; u < UNR; ++u) if (v0 + 32 * u < ve) {{ const long long v = v0 + 32 * u; q[u] = {load_again}; }}
+#pragma unroll
+      for (int u = 0; u < UNR; ++u) {{
+        const long long v = v0 + 32 * u;
+        if (v < ve) {{
+          const int c = gg * D + (int)(v * VEC / HW);
+          {coef}
+          PO o;
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});
+          stp_cs<TO, VEC>(yw + v * VEC, o);
+        }}
+      }}
+    }}
+"""
+    else:
+        step = step_head + f"""    // The first pass's loads of group gr go out before the wait for group gw's statistic, so the DRAM reads of this
     // step overlap the last step's statistic being combined. Each pass issues UNR loads of each stream before it
     // uses any: the hinted loads are volatile asm, which the compiler does not move above earlier stores.
     const long long v00 = vb + lane;
@@ -293,7 +372,43 @@ extern "C" __global__ __launch_bounds__(NT, BPB) void gn_lag({params}) {{
       __threadfence();
       atomicAdd(cnt + gr, 1u);
     }}
-  }}
+"""
+    source = f"""{PREAMBLE}
+{typedefs(T=x.dtype, TO=output_spec(card, 0).dtype, TW=dtype_or(card, "weight", x.dtype),
+          TB=dtype_or(card, "bias", x.dtype), TM=stat_dtypes[0], TR=stat_dtypes[1])}
+{consts(GS=gs, NG=ng, HW=card.sizes["HxW"], D=card.sizes["ch_per_group"], G=card.sizes["G"], VEC=vec, NT=nt,
+        W=nt // 32, NB=nb, BPB=bpb, LAG=lag, UNR=unroll, RING=RING + early, SR=STATS + early)}
+typedef Pack<T, VEC> P;
+typedef Pack<TO, VEC> PO;
+{_HELPERS}
+__device__ __forceinline__ P as_pack(uint4 r) {{ return *reinterpret_cast<P*>(&r); }}
+
+// Note [a group re-read from the L2, a few groups later] in gn_lag.py.
+extern "C" __global__ __launch_bounds__(NT, BPB) void gn_lag({params}) {{
+  __shared__ float4 wpart[RING][W];
+  __shared__ int wcnt[RING];
+  __shared__ float2 sstat[SR];  // statistics fetched for the block, tagged with their group
+  __shared__ int stag[SR], sclaim[SR];
+  __shared__ unsigned base_s;
+  float4* part = reinterpret_cast<float4*>(scratch);                 // [NG][NB] blocks' (count, mean, M2)
+  float2* stat = reinterpret_cast<float2*>(part + (long long)NG * NB);  // [NG] rounded (mean, rstd)
+  unsigned* cnt = reinterpret_cast<unsigned*>(stat + NG);             // [NG] arrivals, then the epoch and exits
+  unsigned* epoch = cnt + NG;
+  if (threadIdx.x < RING) wcnt[threadIdx.x] = 0;
+  if (threadIdx.x < SR) stag[threadIdx.x] = sclaim[threadIdx.x] = -1;
+  if (threadIdx.x == 0) base_s = *(volatile unsigned*)epoch * (unsigned)(NB + 1);
+  __syncthreads();
+  const unsigned base = base_s;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  constexpr long long GV = GS / VEC, SV = (GV + (long long)NB * W - 1) / ((long long)NB * W);
+  const long long vb = min(((long long)blockIdx.x * W + warp) * SV, GV), ve = min(vb + SV, GV);
+  unsigned long long keep = 0, drop = 0;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(keep));
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(drop));
+  for (int s = 0; s < NG + LAG; ++s) {{
+    const int gr = s, gw = s - LAG;
+    const bool rd = gr < NG, wr = gw >= 0;
+{step}  }}
   __syncthreads();
   if (threadIdx.x == 0) {{  // the last block out advances the epoch and rearms the exit count
     __threadfence();
