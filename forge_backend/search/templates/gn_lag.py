@@ -29,7 +29,7 @@ seed.
 - First build (every warp read its statistic from global memory): [1,128,1024,1024] fp32 669.5-780.6 us against the
   relay's 356.6 and 356.9; [2,1536,64,64] fp32 693.7-747.4 against 28.5 and 28.7, about 10 us a group whatever the
   lag, which halved once 8448 warps a step no longer read the same two words (next line). The CuPy prototype before
-  it (benchmarks/gn_lag_proto.py, gn_lag_proto_session25.json) ran as slowly, 692-839 us.
+  it (benchmarks/gn_lag_proto.py, in git at 0cef092; gn_lag_proto_session25.json) ran as slowly, 692-839 us.
 - The statistic shared through shared memory: fp32 494.1-625.6 against 358.8 and 359.2 (lag 2 with 1024 threads
   best); [1,128,1024,1024] bf16 287.7-386.0 against 140.5 and 140.6; [2,1536,64,64] fp32 330.7 us at a lag of 3
   (301.4 in a later run), 4.5-5 us a group. The first loads issued before the wait: no better (498.2-591.0 against
@@ -166,213 +166,7 @@ def generate(card: OperatorCard, p: dict[str, Any], stat_dtypes: tuple[str, str]
              ("out:1", "TM* __restrict__ mean_out", "out1"), ("out:2", "TR* __restrict__ rstd_out", "out2"),
              (eps_arg(card, 1e-5), "float eps", ""), ("scratch:lag", "unsigned char* __restrict__ scratch", "")]
     params, args = plan_params(card, items)
-    step_head = f"""    const T* xr = x + (long long)gr * GS;
-    const T* xw = x + (long long)gw * GS;
-    TO* yw = y + (long long)gw * GS;
-    const int gg = gw % G;
-    const float shift = rd && vb < ve ? to_f(xr[vb * VEC]) : 0.f;
-"""
-    if p.get("early"):  # Note [a statistic published before the wait]
-        publish = f"""  #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {{ sx += __shfl_xor_sync(~0u, sx, o); sxx += __shfl_xor_sync(~0u, sxx, o); }}
-      const float n = (float)((ve - vb) * VEC);
-      const int r = gr % RING;
-      int last = 0;
-      if (lane == 0) {{
-        wpart[r][warp] = n > 0.f ? make_float4(n, shift + sx / n, fmaxf(sxx - sx * sx / n, 0.f), 0.f)
-                                 : make_float4(0.f, 0.f, 0.f, 0.f);
-        __threadfence_block();
-        last = atomicAdd(&wcnt[r], 1) == W - 1;
-      }}
-      if (__shfl_sync(~0u, last, 0)) {{
-      __threadfence_block();  // the last warp of the block: its warps' partials, in warp order
-      float4 acc = warp_chan(lane < W ? wpart[r][lane] : make_float4(0.f, 0.f, 0.f, 0.f));
-      last = 0;
-      if (lane == 0) {{
-        wcnt[r] = 0;
-        part[(long long)gr * NB + blockIdx.x] = acc;
-        __threadfence();
-        last = atomicAdd(cnt + gr, 1u) - base == (unsigned)(NB - 1);
-      }}
-      if (__shfl_sync(~0u, last, 0)) {{
-      __threadfence();  // the last block of the group: every block's partial, in block order
-      acc = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int i = 0; i < (NB + 31) / 32; ++i) {{
-        const float4 v = lane + 32 * i < NB ? __ldcg(part + (long long)gr * NB + lane + 32 * i)
-                                            : make_float4(0.f, 0.f, 0.f, 0.f);
-        acc = Chan()(acc, v);
-      }}
-      acc = warp_chan(acc);
-      if (lane == 0) {{
-        const float mean = acc.y, rstd = rsqrtf(fmaxf(acc.z / acc.x, 0.f) + eps);
-        {outs}
-        stat[gr] = make_float2(round_to<TM>(mean), round_to<TR>(rstd));  // ATen normalises with the stored values
-        __threadfence();
-        atomicAdd(cnt + gr, 1u);
-      }}
-      }}
-      }}
-"""
-        step = step_head + f"""    float sx = 0.f, sxx = 0.f;
-    if (rd) {{  // knob early: group gr's loads and its statistic's publication before the wait for group gw's
-#pragma unroll 1
-      for (long long v0 = vb + lane; v0 < ve; v0 += 32 * UNR) {{
-        P p[UNR];
-#pragma unroll
-        for (int u = 0; u < UNR; ++u) if (v0 + 32 * u < ve) {{ const long long v = v0 + 32 * u; p[u] = {load_first}; }}
-#pragma unroll
-        for (int u = 0; u < UNR; ++u) {{
-          if (v0 + 32 * u < ve) {{
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) {{ const float d = to_f(p[u].v[j]) - shift; sx += d; sxx += d * d; }}
-          }}
-        }}
-      }}
-{publish}
-    }}
-    if (!wr) continue;
-""" + f"""    float m_r = 0.f, r_r = 0.f;
-    if (wr) {{  // group gw's statistic: fetched from global memory by one warp of the block, the others read it here
-      const int sl = gw % SR;
-      float2 st = make_float2(0.f, 0.f);
-      if (lane == 0) {{
-        if (*(volatile int*)&stag[sl] != gw) {{
-          if (atomicMax(&sclaim[sl], gw) < gw) {{
-            while (ld_acquire(cnt + gw) - base < (unsigned)(NB + 1)) {{ }}
-            sstat[sl] = __ldcg(stat + gw);
-            __threadfence_block();
-            *(volatile int*)&stag[sl] = gw;
-          }} else {{
-            while (*(volatile int*)&stag[sl] != gw) {{ }}
-          }}
-        }}
-        __threadfence_block();
-        const volatile float* vs = reinterpret_cast<volatile float*>(&sstat[sl]);
-        st = make_float2(vs[0], vs[1]);
-      }}
-      m_r = __shfl_sync(~0u, st.x, 0);
-      r_r = __shfl_sync(~0u, st.y, 0);
-    }}
-#pragma unroll 1
-    for (long long v0 = vb + lane; v0 < ve; v0 += 32 * UNR) {{
-      P q[UNR];
-#pragma unroll
-      for (int u = 0; u < UNR; ++u) if (v0 + 32 * u < ve) {{ const long long v = v0 + 32 * u; q[u] = {load_again}; }}
-#pragma unroll
-      for (int u = 0; u < UNR; ++u) {{
-        const long long v = v0 + 32 * u;
-        if (v < ve) {{
-          const int c = gg * D + (int)(v * VEC / HW);
-          {coef}
-          PO o;
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});
-          stp_cs<TO, VEC>(yw + v * VEC, o);
-        }}
-      }}
-    }}
-"""
-    else:
-        step = step_head + f"""    // The first pass's loads of group gr go out before the wait for group gw's statistic, so the DRAM reads of this
-    // step overlap the last step's statistic being combined. Each pass issues UNR loads of each stream before it
-    // uses any: the hinted loads are volatile asm, which the compiler does not move above earlier stores.
-    const long long v00 = vb + lane;
-    P p[UNR];
-    if (rd) {{
-#pragma unroll
-      for (int u = 0; u < UNR; ++u) if (v00 + 32 * u < ve) {{ const long long v = v00 + 32 * u; p[u] = {load_first}; }}
-    }}
-    float m_r = 0.f, r_r = 0.f;
-    if (wr) {{  // group gw's statistic: fetched from global memory by one warp of the block, the others read it here
-      const int sl = gw % SR;
-      float2 st = make_float2(0.f, 0.f);
-      if (lane == 0) {{
-        if (*(volatile int*)&stag[sl] != gw) {{
-          if (atomicMax(&sclaim[sl], gw) < gw) {{
-            while (ld_acquire(cnt + gw) - base < (unsigned)(NB + 1)) {{ }}
-            sstat[sl] = __ldcg(stat + gw);
-            __threadfence_block();
-            *(volatile int*)&stag[sl] = gw;
-          }} else {{
-            while (*(volatile int*)&stag[sl] != gw) {{ }}
-          }}
-        }}
-        __threadfence_block();
-        const volatile float* vs = reinterpret_cast<volatile float*>(&sstat[sl]);
-        st = make_float2(vs[0], vs[1]);
-      }}
-      m_r = __shfl_sync(~0u, st.x, 0);
-      r_r = __shfl_sync(~0u, st.y, 0);
-    }}
-    float sx = 0.f, sxx = 0.f;
-    for (long long v0 = v00; v0 < ve; v0 += 32 * UNR) {{
-      P q[UNR];
-#pragma unroll
-      for (int u = 0; u < UNR; ++u) {{
-        const long long v = v0 + 32 * u;
-        if (v < ve) {{
-          if (rd && v0 != v00) p[u] = {load_first};
-          if (wr) q[u] = {load_again};
-        }}
-      }}
-#pragma unroll
-      for (int u = 0; u < UNR; ++u) {{
-        const long long v = v0 + 32 * u;
-        if (v < ve) {{
-          if (rd) {{
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) {{ const float d = to_f(p[u].v[j]) - shift; sx += d; sxx += d * d; }}
-          }}
-          if (wr) {{
-            const int c = gg * D + (int)(v * VEC / HW);
-            {coef}
-            PO o;
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});
-            stp_cs<TO, VEC>(yw + v * VEC, o);
-          }}
-        }}
-      }}
-    }}
-    if (!rd) continue;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {{ sx += __shfl_xor_sync(~0u, sx, o); sxx += __shfl_xor_sync(~0u, sxx, o); }}
-    const float n = (float)((ve - vb) * VEC);
-    const int r = gr % RING;
-    int last = 0;
-    if (lane == 0) {{
-      wpart[r][warp] = n > 0.f ? make_float4(n, shift + sx / n, fmaxf(sxx - sx * sx / n, 0.f), 0.f)
-                               : make_float4(0.f, 0.f, 0.f, 0.f);
-      __threadfence_block();
-      last = atomicAdd(&wcnt[r], 1) == W - 1;
-    }}
-    if (!__shfl_sync(~0u, last, 0)) continue;
-    __threadfence_block();  // the last warp of the block: its warps' partials, in warp order
-    float4 acc = warp_chan(lane < W ? wpart[r][lane] : make_float4(0.f, 0.f, 0.f, 0.f));
-    last = 0;
-    if (lane == 0) {{
-      wcnt[r] = 0;
-      part[(long long)gr * NB + blockIdx.x] = acc;
-      __threadfence();
-      last = atomicAdd(cnt + gr, 1u) - base == (unsigned)(NB - 1);
-    }}
-    if (!__shfl_sync(~0u, last, 0)) continue;
-    __threadfence();  // the last block of the group: every block's partial, in block order
-    acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int i = 0; i < (NB + 31) / 32; ++i) {{
-      const float4 v = lane + 32 * i < NB ? __ldcg(part + (long long)gr * NB + lane + 32 * i)
-                                          : make_float4(0.f, 0.f, 0.f, 0.f);
-      acc = Chan()(acc, v);
-    }}
-    acc = warp_chan(acc);
-    if (lane == 0) {{
-      const float mean = acc.y, rstd = rsqrtf(fmaxf(acc.z / acc.x, 0.f) + eps);
-      {outs}
-      stat[gr] = make_float2(round_to<TM>(mean), round_to<TR>(rstd));  // ATen normalises with the stored values
-      __threadfence();
-      atomicAdd(cnt + gr, 1u);
-    }}
-"""
+    step = _step(bool(p.get("early")), load_first, load_again, coef, val, outs)
     source = f"""{PREAMBLE}
 {typedefs(T=x.dtype, TO=output_spec(card, 0).dtype, TW=dtype_or(card, "weight", x.dtype),
           TB=dtype_or(card, "bias", x.dtype), TM=stat_dtypes[0], TR=stat_dtypes[1])}
@@ -424,3 +218,161 @@ extern "C" __global__ __launch_bounds__(NT, BPB) void gn_lag({params}) {{
     launches = [launch("gn_lag", nb, nt, args, 0, cooperative=True)]
     desc = "group_norm lag " + " ".join(f"{k}={v}" for k, v in sorted(p.items()) if k != "strategy")
     return make_candidate(source, launches, desc, p, align_of(vec, card_tensors(card)), {"lag": (nbytes, True, True)})
+
+
+def _indent(text: str, spaces: int) -> str:
+    return "".join((line if line.startswith("#") else " " * spaces + line)
+                   for line in text.splitlines(keepends=True))
+
+
+def _step(early: bool, load_first: str, load_again: str, coef: str, val: str, outs: str) -> str:
+    """One step of the walk (C++ inside the loop over s): read group gr for its statistic, re-read and write group gw,
+    publish gr's partial; with ``early`` (Note [a statistic published before the wait]) two passes, the publication
+    between them. The pieces below are shared by both orders."""
+    head = """    const T* xr = x + (long long)gr * GS;
+    const T* xw = x + (long long)gw * GS;
+    TO* yw = y + (long long)gw * GS;
+    const int gg = gw % G;
+    const float shift = rd && vb < ve ? to_f(xr[vb * VEC]) : 0.f;
+"""
+    wait = """    float m_r = 0.f, r_r = 0.f;
+    if (wr) {  // group gw's statistic: fetched from global memory by one warp of the block, the others read it here
+      const int sl = gw % SR;
+      float2 st = make_float2(0.f, 0.f);
+      if (lane == 0) {
+        if (*(volatile int*)&stag[sl] != gw) {
+          if (atomicMax(&sclaim[sl], gw) < gw) {
+            while (ld_acquire(cnt + gw) - base < (unsigned)(NB + 1)) { }
+            sstat[sl] = __ldcg(stat + gw);
+            __threadfence_block();
+            *(volatile int*)&stag[sl] = gw;
+          } else {
+            while (*(volatile int*)&stag[sl] != gw) { }
+          }
+        }
+        __threadfence_block();
+        const volatile float* vs = reinterpret_cast<volatile float*>(&sstat[sl]);
+        st = make_float2(vs[0], vs[1]);
+      }
+      m_r = __shfl_sync(~0u, st.x, 0);
+      r_r = __shfl_sync(~0u, st.y, 0);
+    }
+"""
+    acc = """#pragma unroll
+for (int j = 0; j < VEC; ++j) { const float d = to_f(p[u].v[j]) - shift; sx += d; sxx += d * d; }
+"""
+    store = f"""const int c = gg * D + (int)(v * VEC / HW);
+{coef}
+PO o;
+#pragma unroll
+for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});
+stp_cs<TO, VEC>(yw + v * VEC, o);
+"""
+    # the publication: the warp's partial, the block's (its last warp), the group's (its last block); each level a
+    # gate that ``exit`` closes (a `continue` at the end of a step, or a brace around the rest)
+    warp_part = """#pragma unroll
+for (int o = 16; o > 0; o >>= 1) { sx += __shfl_xor_sync(~0u, sx, o); sxx += __shfl_xor_sync(~0u, sxx, o); }
+const float n = (float)((ve - vb) * VEC);
+const int r = gr % RING;
+int last = 0;
+if (lane == 0) {
+  wpart[r][warp] = n > 0.f ? make_float4(n, shift + sx / n, fmaxf(sxx - sx * sx / n, 0.f), 0.f)
+                           : make_float4(0.f, 0.f, 0.f, 0.f);
+  __threadfence_block();
+  last = atomicAdd(&wcnt[r], 1) == W - 1;
+}
+"""
+    block_part = """__threadfence_block();  // the last warp of the block: its warps' partials, in warp order
+float4 acc = warp_chan(lane < W ? wpart[r][lane] : make_float4(0.f, 0.f, 0.f, 0.f));
+last = 0;
+if (lane == 0) {
+  wcnt[r] = 0;
+  part[(long long)gr * NB + blockIdx.x] = acc;
+  __threadfence();
+  last = atomicAdd(cnt + gr, 1u) - base == (unsigned)(NB - 1);
+}
+"""
+    group_part = f"""__threadfence();  // the last block of the group: every block's partial, in block order
+acc = make_float4(0.f, 0.f, 0.f, 0.f);
+for (int i = 0; i < (NB + 31) / 32; ++i) {{
+  const float4 v = lane + 32 * i < NB ? __ldcg(part + (long long)gr * NB + lane + 32 * i)
+                                      : make_float4(0.f, 0.f, 0.f, 0.f);
+  acc = Chan()(acc, v);
+}}
+acc = warp_chan(acc);
+if (lane == 0) {{
+  const float mean = acc.y, rstd = rsqrtf(fmaxf(acc.z / acc.x, 0.f) + eps);
+  {outs}
+  stat[gr] = make_float2(round_to<TM>(mean), round_to<TR>(rstd));  // ATen normalises with the stored values
+  __threadfence();
+  atomicAdd(cnt + gr, 1u);
+}}
+"""
+    if early:
+        return head + f"""    float sx = 0.f, sxx = 0.f;
+    if (rd) {{  // knob early: group gr's loads and its statistic's publication before the wait for group gw's
+#pragma unroll 1
+      for (long long v0 = vb + lane; v0 < ve; v0 += 32 * UNR) {{
+        P p[UNR];
+#pragma unroll
+        for (int u = 0; u < UNR; ++u) if (v0 + 32 * u < ve) {{ const long long v = v0 + 32 * u; p[u] = {load_first}; }}
+#pragma unroll
+        for (int u = 0; u < UNR; ++u) {{
+          if (v0 + 32 * u < ve) {{
+{_indent(acc, 12)}          }}
+        }}
+      }}
+{_indent(warp_part, 6)}      if (__shfl_sync(~0u, last, 0)) {{
+{_indent(block_part, 8)}        if (__shfl_sync(~0u, last, 0)) {{
+{_indent(group_part, 10)}        }}
+      }}
+    }}
+    if (!wr) continue;
+""" + wait + f"""#pragma unroll 1
+    for (long long v0 = vb + lane; v0 < ve; v0 += 32 * UNR) {{
+      P q[UNR];
+#pragma unroll
+      for (int u = 0; u < UNR; ++u) if (v0 + 32 * u < ve) {{ const long long v = v0 + 32 * u; q[u] = {load_again}; }}
+#pragma unroll
+      for (int u = 0; u < UNR; ++u) {{
+        const long long v = v0 + 32 * u;
+        if (v < ve) {{
+{_indent(store, 10)}        }}
+      }}
+    }}
+"""
+    return head + f"""    // The first pass's loads of group gr go out before the wait for group gw's statistic, so the DRAM reads of this
+    // step overlap the last step's statistic being combined. Each pass issues UNR loads of each stream before it
+    // uses any: the hinted loads are volatile asm, which the compiler does not move above earlier stores.
+    const long long v00 = vb + lane;
+    P p[UNR];
+    if (rd) {{
+#pragma unroll
+      for (int u = 0; u < UNR; ++u) if (v00 + 32 * u < ve) {{ const long long v = v00 + 32 * u; p[u] = {load_first}; }}
+    }}
+""" + wait + f"""    float sx = 0.f, sxx = 0.f;
+    for (long long v0 = v00; v0 < ve; v0 += 32 * UNR) {{
+      P q[UNR];
+#pragma unroll
+      for (int u = 0; u < UNR; ++u) {{
+        const long long v = v0 + 32 * u;
+        if (v < ve) {{
+          if (rd && v0 != v00) p[u] = {load_first};
+          if (wr) q[u] = {load_again};
+        }}
+      }}
+#pragma unroll
+      for (int u = 0; u < UNR; ++u) {{
+        const long long v = v0 + 32 * u;
+        if (v < ve) {{
+          if (rd) {{
+{_indent(acc, 12)}          }}
+          if (wr) {{
+{_indent(store, 12)}          }}
+        }}
+      }}
+    }}
+    if (!rd) continue;
+{_indent(warp_part, 4)}    if (!__shfl_sync(~0u, last, 0)) continue;
+{_indent(block_part, 4)}    if (!__shfl_sync(~0u, last, 0)) continue;
+{_indent(group_part, 4)}"""
