@@ -61,9 +61,9 @@ from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
-from .common import (PREAMBLE, SMS, align_of, best_vec, card_tensors, consts, dtype_or, eps_arg, flag_knob,
-                     input_spec, knob, launch, main_input, main_itemsize, make_candidate, output_spec, plan_params,
-                     typedefs, vec_ok)
+from . import gn_shared
+from .common import (PREAMBLE, SMS, align_of, best_vec, card_tensors, consts, flag_knob, knob, launch,
+                     main_itemsize, make_candidate, plan_params, vec_ok)
 
 BLOCKS = (128, 256, 512, 1024)
 AGAIN = ("cs", "ld", "first")  # the re-read: ld.global.cs, a plain read-only load, or an L2 evict_first policy
@@ -141,35 +141,23 @@ __device__ __forceinline__ uint4 ld_hint(const void* p, unsigned long long pol) 
 """
 
 
-def generate(card: OperatorCard, p: dict[str, Any], stat_dtypes: tuple[str, str]) -> Candidate:
-    """The kernel of the Note for layout ``p``; ``stat_dtypes`` are the dtypes ATen keeps mean and rstd in."""
-    x = main_input(card)
+def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
+    """The kernel of the Note for layout ``p``."""
     gs, ng, isz = card.sizes["group_size"], card.sizes["N"] * card.sizes["G"], main_itemsize(card)
     vec, nt, bpb, lag, unroll = p["vec"], p["block"], p["bpb"], p["lag"], p["unroll"]
     early = int(bool(p.get("early")))  # Note [a statistic published before the wait]: one more entry each
     nb = SMS * bpb
-    has_w, has_b = input_spec(card, "weight") is not None, input_spec(card, "bias") is not None
-    if has_w or has_b:  # ATen's fused form: y = x * a + b with a = rstd * w[c], b = bias[c] - a * mean
-        coef = (f"const float a = {'r_r * to_f(w[c])' if has_w else 'r_r'}; "
-                f"const float bb = {'to_f(b[c])' if has_b else '0.f'} - a * m_r;")
-        val = "to_f(q[u].v[j]) * a + bb"
-    else:
-        coef, val = "", "(to_f(q[u].v[j]) - m_r) * r_r"
+    coef, val = gn_shared.affine(card, "q[u]")
     load_first = "as_pack(ld_hint(xr + v * VEC, keep))" if p.get("keep") else "ldp<T, VEC>(xr + v * VEC)"
     again = p.get("again", "cs")
     load_again = {"cs": "ldp_cs<T, VEC>(xw + v * VEC)", "ld": "ldp<T, VEC>(xw + v * VEC)",
                   "first": "as_pack(ld_hint(xw + v * VEC, drop))"}[again]
-    outs = " ".join(s for s in ("mean_out[gr] = from_f<TM>(mean);" if output_spec(card, 1) else "",
-                                "rstd_out[gr] = from_f<TR>(rstd);" if output_spec(card, 2) else "") if s)
-    items = [("in:input", "const T* __restrict__ x", ""), ("in:weight", "const TW* __restrict__ w", "weight"),
-             ("in:bias", "const TB* __restrict__ b", "bias"), ("out:0", "TO* __restrict__ y", ""),
-             ("out:1", "TM* __restrict__ mean_out", "out1"), ("out:2", "TR* __restrict__ rstd_out", "out2"),
-             (eps_arg(card, 1e-5), "float eps", ""), ("scratch:lag", "unsigned char* __restrict__ scratch", "")]
-    params, args = plan_params(card, items)
-    step = _step(bool(p.get("early")), load_first, load_again, coef, val, outs)
+    outs = " ".join(s for s in gn_shared.stat_stores(card, "gr") if s)
+    params, args = plan_params(card, gn_shared.tensor_items(card) + [
+        ("scratch:lag", "unsigned char* __restrict__ scratch", "")])
+    step = _step(bool(early), load_first, load_again, coef, val, outs)
     source = f"""{PREAMBLE}
-{typedefs(T=x.dtype, TO=output_spec(card, 0).dtype, TW=dtype_or(card, "weight", x.dtype),
-          TB=dtype_or(card, "bias", x.dtype), TM=stat_dtypes[0], TR=stat_dtypes[1])}
+{gn_shared.types(card)}
 {consts(GS=gs, NG=ng, HW=card.sizes["HxW"], D=card.sizes["ch_per_group"], G=card.sizes["G"], VEC=vec, NT=nt,
         W=nt // 32, NB=nb, BPB=bpb, LAG=lag, UNR=unroll, RING=RING + early, SR=STATS + early)}
 typedef Pack<T, VEC> P;

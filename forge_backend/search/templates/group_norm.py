@@ -47,11 +47,11 @@ from typing import Any
 from ...cards import OperatorCard
 from ...contract import Candidate
 from .common import (FLOAT_DTYPES, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, SMEM_LIMIT, SMS, TMA_HELPERS, align_of,
-                     best_vec, card_tensors, cdiv, chunk_of, clamp, cluster_combine, consts, dtype_or, eps_arg,
-                     filter_actions, flag_knob, flat_contiguous, input_spec, kept_ok, knob, launch, main_input,
-                     main_itemsize, make_candidate, output_spec, param_ok, plan_params, pow2_ceil, same_layout,
-                     scale_knob, tma_ok, typedefs, vec_ok, walk_head)
-from . import gn_lag
+                     best_vec, card_tensors, cdiv, chunk_of, clamp, cluster_combine, consts, eps_arg, filter_actions,
+                     flag_knob, flat_contiguous, input_spec, kept_ok, knob, launch, main_input, main_itemsize,
+                     make_candidate, output_spec, param_ok, plan_params, pow2_ceil, same_layout, scale_knob, tma_ok,
+                     vec_ok, walk_head)
+from . import gn_lag, gn_shared
 from .relay import (RELAY_HELPERS, relay_actions, relay_consts, relay_defaults, relay_kernel, relay_launch,
                     relay_scratch, relay_valid, relay_writers)
 
@@ -298,28 +298,12 @@ __device__ __forceinline__ float4 group_stats(const float4* part, long long gi, 
 """
 
 
-def _gn_stat_dtype(card: OperatorCard, index: int) -> str:
-    """ATen keeps group-norm mean/rstd in the input dtype (fp32 when weight is fp32 and input is half: mixed)."""
-    s = output_spec(card, index)
-    if s is not None:
-        return s.dtype
-    x, w = main_input(card), input_spec(card, "weight")
-    return "float32" if w is not None and w.dtype == "float32" else x.dtype
-
-
 def _gn_normalise(card: OperatorCard, src: str, stream: bool = False,
                   stats: str = "group_stats(part, gi, red4)") -> str:
     """Finalise the group's (count, mean, M2) ``stats``, write mean/rstd once per group, then normalise this
     block's chunk (cached or re-read)."""
-    has_w, has_b = input_spec(card, "weight") is not None, input_spec(card, "bias") is not None
-    if has_w or has_b:  # ATen's fused form: y = x * a + b with a = rstd * w[c], b = bias[c] - a * mean
-        a = "r_r * to_f(w[c])" if has_w else "r_r"
-        coef = f"const float a = {a}; const float bb = {'to_f(b[c])' if has_b else '0.f'} - a * m_r;"
-        val = "to_f(p.v[j]) * a + bb"
-    else:
-        coef, val = "", "(to_f(p.v[j]) - m_r) * r_r"
-    out = ["mean_out[gi] = from_f<TM>(mean);" if output_spec(card, 1) else "",
-           "rstd_out[gi] = from_f<TR>(rstd);" if output_spec(card, 2) else ""]
+    coef, val = gn_shared.affine(card, "p")
+    out = gn_shared.stat_stores(card, "gi")
     body = f"""const int c = g * D + (int)(e / HW); {coef} PO o;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});
@@ -377,8 +361,7 @@ def _group_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     tail = [("out:0", "TO* __restrict__ y", ""), ("out:1", "TM* __restrict__ mean_out", "out1"),
             ("out:2", "TR* __restrict__ rstd_out", "out2"), (eps_arg(card, 1e-5), "float eps", "")]
     head = f"""{PREAMBLE}
-{typedefs(T=x.dtype, TO=output_spec(card, 0).dtype, TW=dtype_or(card, "weight", x.dtype),
-          TB=dtype_or(card, "bias", x.dtype), TM=_gn_stat_dtype(card, 1), TR=_gn_stat_dtype(card, 2))}
+{gn_shared.types(card)}
 typedef {"long long" if gs > 2**31 - 1 - ch else "int"} I;
 {consts(GS=gs, K=k, CH=ch, NIT=nit, VEC=vec, NT=block, HW=card.sizes["HxW"], D=card.sizes["ch_per_group"],
         G=card.sizes["G"], TOTAL=ng * k, REV=int(p.get("reverse", False)), NG=ng,
@@ -695,8 +678,7 @@ def _relay_source(card: OperatorCard, p: dict[str, Any]) -> tuple[str, list[str]
       }}"""
     else:
         coef, val = "", "(to_f(p.v[j]) - m_r) * r_r"
-    outs = " ".join(store for store in ("mean_out[row] = from_f<TM>(mean);" if output_spec(card, 1) else "",
-                                        "rstd_out[row] = from_f<TR>(rstd);" if output_spec(card, 2) else "") if store)
+    outs = " ".join(store for store in gn_shared.stat_stores(card, "row") if store)
     resolve = f"""
           const float mean = a.y, rstd = rsqrtf(fmaxf(a.z / a.x, 0.f) + eps);
           if (c0 == 0) {{ {outs} }}
@@ -717,14 +699,9 @@ def _relay_source(card: OperatorCard, p: dict[str, Any]) -> tuple[str, list[str]
           stp<TO, VEC>(yg + e, o);
         }}
       }}"""
-    items = [("in:input", "const T* __restrict__ x", ""), ("in:weight", "const TW* __restrict__ w", "weight"),
-             ("in:bias", "const TB* __restrict__ b", "bias"), ("out:0", "TO* __restrict__ y", ""),
-             ("out:1", "TM* __restrict__ mean_out", "out1"), ("out:2", "TR* __restrict__ rstd_out", "out2"),
-             (eps_arg(card, 1e-5), "float eps", "")]
-    params, args = plan_params(card, items)
+    params, args = plan_params(card, gn_shared.tensor_items(card))
     head = f"""{PREAMBLE}
-{typedefs(T=x.dtype, TO=output_spec(card, 0).dtype, TW=dtype_or(card, "weight", x.dtype),
-          TB=dtype_or(card, "bias", x.dtype), TM=_gn_stat_dtype(card, 1), TR=_gn_stat_dtype(card, 2))}
+{gn_shared.types(card)}
 {consts(COLS=gs, VEC=p["vec"], HW=card.sizes["HxW"], D=card.sizes["ch_per_group"], G=card.sizes["G"],
         **relay_consts(p, gs, vbytes=16))}
 typedef Pack<T, VEC> P;
@@ -745,5 +722,5 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
         return make_candidate(source, launches, desc, p, align_of(p["vec"], card_tensors(card)),
                               relay_scratch(str(ng), cdiv(card.sizes["group_size"], p["pe"])))
     if p["strategy"] == "lag":
-        return gn_lag.generate(card, p, (_gn_stat_dtype(card, 1), _gn_stat_dtype(card, 2)))
+        return gn_lag.generate(card, p)
     return _group_norm(card, p)
