@@ -2,8 +2,11 @@
 against a model of the kernel's warps: every block's loader, consumers, publisher and resolvers, the four mbarriers
 of each slot with the parity rule of ``mbarrier.try_wait.parity``, and the marked words of the global scratch. A
 random scheduler interleaves the agents of all blocks; the model reports a deadlock (no agent can move), a phase
-misread (a wait that succeeds on the parity of a phase that is not the one it waits for) or a stale word (a resolver
-that takes a word an earlier launch left in the kept scratch)."""
+misread (a wait that succeeds on the parity of a phase that is not the one it waits for), a stale word (a resolver
+that takes a word an earlier launch left in the kept scratch) or a race (a warp that reads a slot, the warps'
+partials or a statistic holding another piece's). With knob ``regs`` (Note [pieces held in the writers' registers] in
+templates/relay_held.py) the writers take pieces into registers, the statistics are a ring of K + R entries, a slot's
+``empty`` waits for its publisher too, and the resolvers wait for the scratch's words only, never for a slot."""
 from __future__ import annotations
 
 import itertools
@@ -13,15 +16,27 @@ from dataclasses import dataclass, field
 import pytest
 
 from forge_backend.search.templates.relay import progress_ok, writers_progress_ok
+from forge_backend.search.templates.relay_held import held_progress_ok
 
 
 class PhaseMisread(AssertionError):
     pass
 
 
+class Race(AssertionError):
+    pass
+
+
 @dataclass
 class Barrier:
     done: int = 0  # completed phases
+    count: int = 1  # arrivals that complete a phase
+    arrived: int = 0
+
+    def arrive(self) -> None:
+        self.arrived += 1
+        if self.arrived == self.count:
+            self.arrived, self.done = 0, self.done + 1
 
     def ready(self, use: int) -> bool:
         """``try_wait.parity(use & 1)``: true once the current phase's parity differs from the use's."""
@@ -33,16 +48,43 @@ class Barrier:
 
 @dataclass
 class Block:
+    """One block's mbarriers and what its shared memory holds: the piece in each slot, whose partials are in each
+    slot's ``wpart``, whose statistic is in each ``stat`` entry. ``regs``: pieces held in the writers' registers;
+    ``ring`` (K + R, or K to model the kernel without the ring) statistics and ``ready`` mbarriers; ``frees``:
+    whether the publisher arrives on ``empty`` beside the writers (with knob regs; False models the kernel without
+    it); ``slot_waits``: whether the resolvers wait for a piece's ``reduced`` (without knob regs; True models the
+    kernel with regs but with that wait)."""
     index: int
     pieces: int
     k: int
+    regs: int = 0
+    ring: int | None = None
+    frees: bool | None = None
+    slot_waits: bool | None = None
     barriers: dict[str, list[Barrier]] = field(default_factory=dict)
+    slot: dict[int, int] = field(default_factory=dict)
+    wpart: dict[int, int] = field(default_factory=dict)
+    stat: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.barriers = {name: [Barrier() for _ in range(self.k)] for name in ("full", "reduced", "ready", "empty")}
+        self.ring = self.k + self.regs if self.ring is None else self.ring
+        self.frees = bool(self.regs) if self.frees is None else self.frees
+        self.slot_waits = not self.regs if self.slot_waits is None else self.slot_waits
+        self.barriers = {name: [Barrier() for _ in range(self.size(name))] for name in ("full", "reduced", "ready")}
+        self.barriers["empty"] = [Barrier(count=1 + self.frees) for _ in range(self.k)]
+
+    def size(self, name: str) -> int:
+        return self.ring if name == "ready" else self.k
 
     def bar(self, name: str, t: int) -> Barrier:
-        return self.barriers[name][t % self.k]
+        return self.barriers[name][t % self.size(name)]
+
+    def wait(self, name: str, t: int) -> bool:
+        return self.bar(name, t).ready(t // self.size(name))
+
+    def check(self, what: dict[int, int], at: int, t: int) -> None:
+        if what.get(at) != t:
+            raise Race(f"block {self.index}: piece {t} found piece {what.get(at)}'s")
 
 
 @dataclass
@@ -55,34 +97,35 @@ class Scratch:
 
 
 def simulate(rows: int, ppr: int, blocks: int, k: int, lag: int | None, nc: int, seed: int, launches: int = 1,
-             advance: bool = True, ramp: int | None = None) -> str:
+             advance: bool = True, ramp: int | None = None, regs: int = 0, **held) -> str:
     """Run ``launches`` launches one after another (stream order) on one kept scratch: ``done``, ``deadlock``,
-    ``misread`` or ``stale`` (a resolver took a word of an earlier launch). ``advance=False`` is a kernel whose epoch
-    never moves. ``lag=None``: writer warps of their own (Note [writers of their own]). ``ramp``: the loader issues its
-    first K copies RAMP at a time, each once the copy RAMP before it has landed (Note [the first copies a few at a
-    time]); without it they have all landed before any warp starts."""
+    ``misread``, ``stale`` (a resolver took a word of an earlier launch) or ``race``. ``advance=False`` is a kernel
+    whose epoch never moves. ``lag=None``: writer warps of their own (Note [writers of their own]); ``regs``: holding
+    that many pieces in registers, ``held`` (``ring``, ``frees``, ``slot_waits``) overriding Block's defaults. ``ramp``: the loader
+    issues its first K copies RAMP at a time, each once the copy RAMP before it has landed (Note [the first copies a
+    few at a time]); without it they have all landed before any warp starts."""
     scratch = Scratch({g: (0, -1) for g in range(rows * ppr)})
     for launch in range(launches):
-        result = _one_launch(rows, ppr, blocks, k, lag, nc, random.Random(seed * 1000 + launch), scratch, launch,
-                             advance, ramp)
+        blocks_ = [Block(b, (rows * ppr - 1 - b) // blocks + 1 if b < rows * ppr else 0, k, regs, **held)
+                   for b in range(blocks)]
+        result = _one_launch(blocks_, ppr, lag, nc, random.Random(seed * 1000 + launch), scratch, launch, advance,
+                             ramp)
         if result != "done":
             return result
     return "done"
 
 
-def _one_launch(rows: int, ppr: int, blocks: int, k: int, lag: int | None, nc: int, rng: random.Random,
-                scratch: Scratch, launch: int, advance: bool, ramp: int | None = None) -> str:
-    total = rows * ppr
+def _one_launch(blks: list[Block], ppr: int, lag: int | None, nc: int, rng: random.Random, scratch: Scratch,
+                launch: int, advance: bool, ramp: int | None = None) -> str:
     agents = []
-    for b in range(blocks):
-        n = (total - 1 - b) // blocks + 1 if b < total else 0
-        blk = Block(b, n, k)
-        for t in range(min(k, n)) if ramp is None else ():  # the loader's first K bulk copies, all at once
-            blk.bar("full", t).done += 1
-        users = blocks * (nc + 1)  # publishers and resolvers of the grid: each reads the epoch once
-        agents += [loader(blk, ramp), publisher(blk, blocks, scratch, launch, users, advance)]
+    users = len(blks) * (nc + 1)  # publishers and resolvers of the grid: each reads the epoch once
+    for blk in blks:
+        for t in range(min(blk.k, blk.pieces)) if ramp is None else ():  # the loader's first K bulk copies at once
+            blk.slot[t % blk.k] = t
+            blk.bar("full", t).arrive()
+        agents += [loader(blk, ramp), publisher(blk, len(blks), scratch, launch, users, advance)]
         agents += [consumers(blk, lag)] if lag is not None else [reducers(blk), writers(blk)]
-        agents += [resolver(blk, c, nc, blocks, ppr, scratch, launch, users, advance) for c in range(nc)]
+        agents += [resolver(blk, c, nc, len(blks), ppr, scratch, launch, users, advance) for c in range(nc)]
     live = [iter(a) for a in agents]
     while live:
         rng.shuffle(live)
@@ -100,6 +143,8 @@ def _one_launch(rows: int, ppr: int, blocks: int, k: int, lag: int | None, nc: i
                 return "misread"
             except StaleWord:
                 return "stale"
+            except Race:
+                return "race"
         if not moved:
             return "deadlock"
     return "done"
@@ -123,55 +168,96 @@ def read_mark(scratch: Scratch, users: int, advance: bool) -> int:
 # Each agent is a generator that yields True after a step and False when it must wait.
 
 def loader(blk: Block, ramp: int | None = None):
+    def issue(t: int) -> None:  # the bulk copy of piece t into its slot, landed
+        blk.slot[t % blk.k] = t
+        blk.bar("full", t).arrive()
+
     if ramp is not None:  # the first K copies, each once the one RAMP before it has landed
         for t in range(min(blk.k, blk.pieces)):
             while t >= ramp and not blk.bar("full", t - ramp).ready(0):
                 yield False
-            blk.bar("full", t).done += 1
+            issue(t)
             yield True
     for v in range(max(0, blk.pieces - blk.k)):
-        while not blk.bar("empty", v).ready(v // blk.k):
+        while not blk.wait("empty", v):
             yield False
-        blk.bar("full", v + blk.k).done += 1  # the bulk copy of piece v + K into v's slot
+        issue(v + blk.k)
         yield True
 
 
-def _step(blk: Block, wait: str, signal: str, t: int):
-    """One warp's step on piece ``t``: wait until its ``wait`` barrier completes the piece's phase, then arrive on its
-    ``signal`` barrier."""
-    while not blk.bar(wait, t).ready(t // blk.k):
+def reduce_step(blk: Block, t: int):
+    """A reducer's step on piece ``t``: once it has landed, its partials into the slot's ``wpart``, then ``reduced``."""
+    while not blk.wait("full", t):
         yield False
-    blk.bar(signal, t).done += 1
+    blk.check(blk.slot, t % blk.k, t)
+    blk.wpart[t % blk.k] = t
+    blk.bar("reduced", t).arrive()
+    yield True
+
+
+def write_step(blk: Block, u: int):
+    """A writer's step on piece ``u`` (without knob regs): once its row is resolved, the piece from its slot with the
+    slot's statistic, then the slot freed."""
+    while not blk.wait("ready", u):
+        yield False
+    blk.check(blk.stat, u % blk.ring, u)
+    blk.check(blk.slot, u % blk.k, u)
+    blk.bar("empty", u).arrive()
     yield True
 
 
 def consumers(blk: Block, lag: int):
     for t in range(blk.pieces + lag):
         if t < blk.pieces:
-            yield from _step(blk, "full", "reduced", t)
+            yield from reduce_step(blk, t)
         if t >= lag:
-            yield from _step(blk, "ready", "empty", t - lag)
+            yield from write_step(blk, t - lag)
 
 
 def reducers(blk: Block):
     """Knob ``writers``: the consumers reduce each piece as it arrives and never wait for a row."""
     for t in range(blk.pieces):
-        yield from _step(blk, "full", "reduced", t)
+        yield from reduce_step(blk, t)
 
 
 def writers(blk: Block):
-    """... and the writer warps write each piece once its row is resolved, then free its slot."""
+    """... and the writer warps write each piece once its row is resolved, then free its slot; with knob regs they
+    hold pieces u .. u + R - 1 in registers, taking each from its slot once reduced (and freeing the slot then)."""
+    if not blk.regs:
+        for u in range(blk.pieces):
+            yield from write_step(blk, u)
+        return
+
+    def take(t: int):
+        while not blk.wait("reduced", t):
+            yield False
+        blk.check(blk.slot, t % blk.k, t)
+        held[t % blk.regs] = t
+        blk.bar("empty", t).arrive()
+        yield True
+
+    held: dict[int, int] = {}
+    for t in range(min(blk.regs, blk.pieces)):
+        yield from take(t)
     for u in range(blk.pieces):
-        yield from _step(blk, "ready", "empty", u)
+        while not blk.wait("ready", u):
+            yield False
+        blk.check(blk.stat, u % blk.ring, u)
+        blk.check(held, u % blk.regs, u)
+        if u + blk.regs < blk.pieces:
+            yield from take(u + blk.regs)
 
 
 def publisher(blk: Block, blocks: int, scratch: Scratch, launch: int, users: int, advance: bool):
     mark = read_mark(scratch, users, advance)
     yield True
     for u in range(blk.pieces):
-        while not blk.bar("reduced", u).ready(u // blk.k):
+        while not blk.wait("reduced", u):
             yield False
+        blk.check(blk.wpart, u % blk.k, u)
         scratch.words[blk.index + u * blocks] = (mark, launch)
+        if blk.frees:
+            blk.bar("empty", u).arrive()
         yield True
 
 
@@ -181,16 +267,18 @@ def resolver(blk: Block, c: int, nc: int, blocks: int, ppr: int, scratch: Scratc
     yield True
     last_row = -1
     for u in range(c, blk.pieces, nc):
-        while not blk.bar("reduced", u).ready(u // blk.k):
+        while blk.slot_waits and not blk.wait("reduced", u):
             yield False
-        row = (blk.index + u * blocks) // ppr
-        words = range(row * ppr, (row + 1) * ppr)
-        while row != last_row and not all(scratch.words[g][0] == mark for g in words):
+        own, row = blk.index + u * blocks, (blk.index + u * blocks) // ppr
+        words = range(row * ppr, (row + 1) * ppr) if row != last_row else \
+            (range(own, own + 1) if not blk.slot_waits else ())  # a row resolved before: its own piece published
+        while not all(scratch.words[g][0] == mark for g in words):
             yield False
         if row != last_row and any(scratch.words[g][1] != launch for g in words):
             raise StaleWord(f"launch {launch} took a word of launch {min(scratch.words[g][1] for g in words)}")
         last_row = row
-        blk.bar("ready", u).done += 1
+        blk.stat[u % blk.ring] = u
+        blk.bar("ready", u).arrive()
         yield True
 
 
@@ -280,3 +368,57 @@ def test_first_copies_a_few_at_a_time_run_to_the_end(ramp: int) -> None:
             checked += 1
             assert simulate(rows, ppr, blocks, k, None, nc, ppr, ramp=ramp) == "done"
     assert checked > 100
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# knob regs: pieces held in the writers' registers (Note [pieces held in the writers' registers] in relay_held.py)
+
+def _held_cases():
+    for blocks, rows, ppr, k, nc, regs in itertools.product((3, 5), (1, 3), range(1, 14), range(1, 6), (1, 2, 3),
+                                                            (1, 2, 3)):
+        yield blocks, rows, ppr, k, nc, regs
+
+
+def test_every_setting_the_held_rule_allows_runs_to_the_end() -> None:
+    checked = 0
+    for blocks, rows, ppr, k, nc, regs in _held_cases():
+        if held_progress_ok(ppr, blocks, k, regs, nc):
+            checked += 1
+            for seed in range(2):
+                assert simulate(rows, ppr, blocks, k, None, nc, seed, regs=regs) == "done", \
+                    (blocks, rows, ppr, k, nc, regs, seed)
+    assert checked > 1000
+
+
+def test_held_with_one_place_fewer_deadlocks() -> None:
+    """K + R one short of a block's pieces of one row: the reducers wait for a load, the load for a slot, the slot for
+    the writers, and the writers for the row."""
+    checked = 0
+    for blocks, rows, ppr, k, nc, regs in _held_cases():
+        if nc <= k and not held_progress_ok(ppr, blocks, k, regs, nc) and held_progress_ok(ppr, blocks, k + 1, regs,
+                                                                                             nc):
+            checked += 1
+            assert simulate(rows, ppr, blocks, k, None, nc, 0, regs=regs) == "deadlock", (blocks, rows, ppr, k, regs)
+    assert checked > 20
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_held_launches_in_a_row_with_a_ramp(seed: int) -> None:
+    for blocks, rows, ppr, k, nc, regs in [(3, 3, 7, 3, 1, 1), (5, 3, 11, 2, 2, 2), (3, 1, 13, 4, 3, 1)]:
+        assert held_progress_ok(ppr, blocks, k, regs, nc)
+        assert simulate(rows, ppr, blocks, k, None, nc, seed, launches=3, ramp=1, regs=regs) == "done"
+
+
+@pytest.mark.parametrize("change", [dict(ring="k"), dict(frees=False), dict(slot_waits=True)],
+                         ids=["statistics-per-slot", "slot-freed-before-its-publisher", "resolvers-wait-for-slots"])
+def test_held_fails_without_each_of_its_changes(change: dict) -> None:
+    """Each of the Note's three changes, undone, breaks some setting the rule allows: statistics kept one per slot
+    (a resolver overwrites one the writers have not read, or completes a ``ready`` phase twice), a slot freed before
+    its publisher has waited on it, resolvers that wait for a slot's ``reduced`` (which then either frees the slot late
+    and deadlocks, or not and is read two phases on)."""
+    seen = set()
+    for blocks, rows, ppr, k, nc, regs in _held_cases():
+        if held_progress_ok(ppr, blocks, k, regs, nc) and regs <= 2 and ppr % 2:
+            held = {key: (k if v == "k" else v) for key, v in change.items()}
+            seen |= {simulate(rows, ppr, blocks, k, None, nc, seed, regs=regs, **held) for seed in range(2)}
+    assert seen - {"done"} and seen - {"done"} <= {"deadlock", "misread", "race"}, seen

@@ -357,6 +357,45 @@ def test_relay_with_a_ramp_passes_the_verifier(case):
     check(card, {**base, **knobs})
 
 
+# Note [pieces held in the writers' registers] (relay_held.py): the 16 MB fp32 groups (the knob's target), 1 MB and
+# 768 KB groups with half the reducers, bf16, odd sizes with short last pieces, fp16 without affine, log_softmax,
+# a prologue evaluated once into its slot, a ramp, and the progress rule at its limit (538 pieces a row over two
+# slots and three held pieces)
+RELAY_HELD = [
+    (tc.group_norm(1, 128, 1024, 1024, dtype="float32", used=(0,)), {"pe": 8192, "nw": 8, "k": 7, "regs": 1}),
+    (tc.group_norm(2, 1536, 64, 64, dtype="float32"), {"pe": 8192, "nw": 4, "k": 7, "regs": 2}),
+    (tc.group_norm(1, 512, 128, 128, dtype="float32"), {"pe": 8192, "nw": 8, "k": 7, "regs": 1, "ramp": 2}),
+    (tc.group_norm(1, 512, 256, 256, dtype="bfloat16", used=(0,)), {"pe": 16384, "nw": 4, "k": 7, "regs": 1}),
+    (tc.group_norm(2, 32, 300, 300, groups=4, dtype="float32"), {"pe": 8192, "nw": 4, "k": 5, "regs": 2}),
+    (tc.group_norm(1, 32, 136, 136, groups=4, dtype="float16", affine=False), {"pe": 4096, "nw": 2, "k": 5,
+                                                                               "regs": 3}),
+    (tc.group_norm(1, 64, 200, 200, groups=8, dtype="bfloat16"), {"pe": 16384, "nw": 4, "k": 7, "regs": 1,
+                                                                   "ramp": 3}),
+    (tc.softmax((3, 70000), "float32", log=True), {"pe": 8192, "nw": 4, "nc": 2, "k": 6, "regs": 1}),
+    (tc.softmax((7, 65536), "float16"), {"pe": 512, "nw": 1, "nc": 3, "k": 3, "regs": 2}),
+    (tc.softmax((2, 1100000), "float32"), {"pe": 2048, "nw": 8, "k": 2, "regs": 3}),
+    (tc.softmax_fused(SOFTCAP, [((3, 70000), "bfloat16")]), {"pe": 8192, "nw": 4, "k": 6, "once": True, "regs": 1}),
+    (tc.softmax((64, 262144), "bfloat16"), {"pe": 16384, "nw": 4, "k": 6, "regs": 1, "ramp": 1}),
+]
+
+
+def held(card, knobs):
+    base = {key: v for key, v in family_for(card).defaults(card, "relay").items() if key != "lag"}
+    return {**base, "nc": 1, "writers": True, **knobs}
+
+
+@pytest.mark.parametrize("case", RELAY_HELD, ids=lambda c: f"{c[0].op.removeprefix('aten.')}-" +
+                         "x".join(map(str, c[0].inputs[0].spec.shape)) + f"-{c[0].inputs[0].spec.dtype}" +
+                         "".join(f"-{key}{v}" for key, v in c[1].items() if key != "pe"))
+def test_relay_with_pieces_held_in_registers_passes_the_verifier(case):
+    check(case[0], held(*case))
+
+
+@pytest.mark.parametrize("case", [RELAY_HELD[1], RELAY_HELD[9]], ids=["group_norm", "softmax-limit"])
+def test_relay_with_pieces_held_launches_in_a_row_share_one_kept_scratch(case):
+    launches_in_a_row(case[0], held(*case), 400)
+
+
 # Note [a tensor held on chip whole] (resident.py): the anchor shapes in both 16-bit types and as log_softmax, a last
 # block whose register packs run out inside its threads ([60, 270000] fp16), blocks with no packs at all ([1, 1064]:
 # two packs a block over 67 blocks), copies of 64 packs (up to 64 mbarriers), packs a block in two rows and in one,

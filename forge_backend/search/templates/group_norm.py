@@ -130,7 +130,7 @@ def root_params(card: OperatorCard) -> dict[str, Any]:
         # instead of 512 KB. Smaller groups keep the cluster roots that won their probes; the relay is a seed there
         p = own_writers(card, defaults(card, "relay"))  # Note [relay pieces of 48 KB: an action, not the root]
         if valid(card, p):
-            return p
+            return held_root(card, p) or p
     kept = kept_seed(card)
     if kept is not None:  # groups of >= 256 KB: the kept-in-part cluster (kept_seed), where the first valid default,
         return kept  # the sync kernel, ran [2,1536,64,64] bf16 in 45.9 us against its 20.4 (thirteenth session)
@@ -159,8 +159,27 @@ def seeds(card: OperatorCard) -> list[dict[str, Any]]:
     # groups the root with half its reducers (fewer_reducers)
     kept = kept_seed(card)
     joint = defaults(card, "relay") if "writers" in root else None
-    return [root] + [p for p in (fewer_reducers(card, root), joint, kept)
-                     if p is not None and p != root and valid(card, p)] + others
+    writers = own_writers(card, joint) if "regs" in root else root  # behind a held root, the root it replaced
+    out = [root]
+    for p in (writers, fewer_reducers(card, writers), joint, kept):
+        if p is not None and p not in out and valid(card, p):
+            out.append(p)
+    return out + others
+
+
+def held_root(card: OperatorCard, p: dict[str, Any]) -> dict[str, Any] | None:
+    """For 4-byte groups of which a block holds three or more pieces (groups of >= 8.3 MB in 32 KB pieces), the
+    relay with writers ``p`` with half its warps, each writer holding two pieces in registers (Note [pieces held in
+    the writers' registers] in relay_held.py). Twenty-sixth session, one probe run, the root first and last
+    (probe_session26_relay_held.json): [1,128,1024,1024] fp32 (four pieces of a group a block) 281.5 us, 89% of the
+    copy bandwidth, against the root's 356.0 and 356.1 (71%); one piece held by eight writers 297.4. Where a block
+    holds one piece of a group it lost or tied: [1,512,128,128] fp32 21.3-21.6 us against 20.6-21.5,
+    [2,1536,64,64] fp32 29.3-30.3 against 28.3-29.4; and in bf16, where only four writers can hold a piece, it lost
+    ([1,128,1024,1024] 157.9 against 139.3-140.0)."""
+    if main_itemsize(card) != 4 or cdiv(cdiv(card.sizes["group_size"], p["pe"]), SMS) < 3:
+        return None
+    q = {**p, "nw": 4, "regs": 2}
+    return q if valid(card, q) else None
 
 
 def fewer_reducers(card: OperatorCard, root: dict[str, Any]) -> dict[str, Any] | None:

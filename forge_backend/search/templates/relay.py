@@ -82,6 +82,7 @@ from typing import Any
 
 from ...contract import Launch
 from .common import SMEM_ADDR, SMEM_LIMIT, SMS, cdiv, flag_knob, knob, launch, scale_knob
+from .relay_held import MAX_REGS, held_head_bytes, held_knob, held_progress_ok, held_regs, held_writer_warps
 
 RELAY_HELPERS = SMEM_ADDR + r"""
 __device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count) {
@@ -157,9 +158,10 @@ def relay_defaults(isz: int) -> dict[str, Any]:
 
 
 def _head(p: dict[str, Any], vbytes: int) -> int:
-    """4 mbarriers per slot, the warps' partials (``vbytes`` each) and the row statistic per slot, rounded up to 128
-    bytes so that the slots behind them start aligned."""
-    return cdiv(p["k"] * (4 * 8 + p["nw"] * vbytes + 8), 128) * 128
+    """4 mbarriers per slot, the warps' partials (``vbytes`` each) and the row statistic per slot (and knob ``regs``'
+    ring entries: Note [pieces held in the writers' registers] in relay_held.py), rounded up to 128 bytes so that the
+    slots behind them start aligned."""
+    return cdiv(p["k"] * (4 * 8 + p["nw"] * vbytes + 8) + held_head_bytes(p), 128) * 128
 
 
 def relay_smem(p: dict[str, Any], isz: int, vbytes: int = 8) -> int:
@@ -172,7 +174,7 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     warp, the slots within shared memory, a lag that leaves loads in flight and covers a block's other pieces of the
     same row (Note [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads
     them all)."""
-    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", *RELAY_KEYS}:
+    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", *RELAY_KEYS}:
         return False  # another strategy's knob (keep, tma, ...): nothing here reads it
     if p.get("hold", True) is not True or p.get("writers", True) is not True:
         return False  # flags (Notes [a row's last piece before the next row's first], [writers of their own]):
@@ -190,8 +192,11 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
         return False
     if not (1 <= nw and 1 <= nc <= 4 and relay_threads(p) <= 1024 and (own or 1 <= lag) and k <= 16):
         return False
-    ppr = cdiv(cols, pe)
-    progress = writers_progress_ok(ppr, SMS, k, nc) if own else progress_ok(ppr, SMS, k, lag, nc)
+    ppr, regs = cdiv(cols, pe), p.get("regs", 0)
+    if not held_regs(p, pe // (32 * vec * nw), relay_threads(p), isz):
+        return False  # Note [pieces held in the writers' registers] in relay_held.py
+    progress = (held_progress_ok(ppr, SMS, k, regs, nc) if regs else writers_progress_ok(ppr, SMS, k, nc)) if own \
+        else progress_ok(ppr, SMS, k, lag, nc)
     return relay_smem(p, isz, vbytes) <= SMEM_LIMIT - 1024 and ppr <= 1024 and progress and rows * ppr < 2**40
 
 
@@ -231,9 +236,9 @@ def relay_resized(p: dict[str, Any], num: int, den: int) -> dict[str, Any]:
 
 def relay_writers(p: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """Writers of their own on or off (Note [writers of their own]): with them the lag goes, and half the consumer
-    warps become writers; without them the lag leaves two slots loading."""
+    warps become writers; without them the lag leaves two slots loading (and no piece is held in registers)."""
     if "writers" in p:
-        q = {key: v for key, v in p.items() if key != "writers"}
+        q = {key: v for key, v in p.items() if key not in ("writers", "regs")}
         return "writers True -> False", {**q, "nw": p["nw"] * 2, "lag": max(1, p["k"] - 2)}
     q = {key: v for key, v in p.items() if key != "lag"}
     return "writers False -> True", {**q, "writers": True, "nw": max(1, p["nw"] // 2)}
@@ -248,6 +253,8 @@ def relay_actions(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
              for q in (relay_resized(p, 3, 2), relay_resized(p, 2, 3))]
     acts += [knob(p, "nw", p["nw"] * 3 // 2), knob(p, "nw", p["nw"] * 2 // 3), flag_knob(p, "hold"), relay_writers(p)]
     acts += [knob(p, "ramp", r) for r in (1, 2) if r != p.get("ramp")]
+    if "writers" in p:  # Note [pieces held in the writers' registers] in relay_held.py
+        acts += [held_knob(p, r) for r in (p.get("regs", 0) - 1, p.get("regs", 0) + 1) if 0 <= r <= MAX_REGS]
     if "ramp" in p:
         acts.append((f"ramp {p['ramp']} -> off", {key: v for key, v in p.items() if key != "ramp"}))
     if "lag" in p:
@@ -271,6 +278,7 @@ def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int
     return {"PE": pe, "PPR": cdiv(cols, pe), "NPL": pe // (32 * p["vec"] * p["nw"]), "NW": p["nw"],
             "NC": p["nc"], "NT": relay_threads(p), "K": p["k"],
             **({"LAG": p["lag"]} if "lag" in p else {}), **({"RAMP": p["ramp"]} if "ramp" in p else {}),
+            **({"REGS": p["regs"], "NS": p["k"] + p["regs"]} if "regs" in p else {}),
             "HEAD": _head(p, vbytes)}
 
 
@@ -306,6 +314,9 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
 
     Knob ``ramp`` (Note [the first copies a few at a time]): the first K copies go RAMP at a time.
 
+    Knob ``regs`` (Note [pieces held in the writers' registers] in relay_held.py): the writers hold REGS pieces in
+    registers and free each slot as they take its piece; ``write_piece`` must read its packs as ``sp[i * 32 + lane]``.
+
     ``wrote_slot``: the consumers store into their share of the slot (Note [a prologue evaluated once, into its slot]
     in softmax.py), so before a slot is freed each lane orders its stores before the copy engine's next fill of it
     (fence.proxy.async)."""
@@ -320,6 +331,24 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
       }""" if "ramp" in p else "      for (long long t = 0; t < K && t < n; ++t) issue(t);"
     writers, consumers = (_writer_warps(reduce_piece, write_piece, prefetch, wrote_slot) if "writers" in p
                           else ("", _joint_warps(reduce_piece, write_piece, prefetch, fence)))
+    held = "regs" in p  # Note [pieces held in the writers' registers] in relay_held.py
+    if held:
+        writers = held_writer_warps(write_piece, prefetch)
+    # with knob regs: the statistics a ring of NS entries, a slot freed by its publisher as well, and resolvers that
+    # wait for words, not slots
+    empty_at, si = ("full + 3 * K + REGS", "ss") if held else ("full + 3 * K", "sl")
+    empty_count = "NW + 1" if held else "NW"
+    wpart_at, stat_n = ("full + 4 * K + (REGS + 1) / 2 * 2", "NS") if held else ("full + 4 * K", "K")  # 16-byte V
+    ring_init = "\n    for (int j = K; j < NS; ++j) bar_init(ready + j, 1);" if held else ""
+    publisher_free = "\n      if (lane == 0) bar_arrive(empty + sl);  // its partials are read" if held else ""
+    resolver_wait = """
+      const int ss = (int)(u % NS);""" if held else """
+      const int sl = (int)(u % K);
+      bar_wait(reduced + sl, (unsigned)(u / K) & 1u);"""
+    own_word = """
+        for (unsigned spins = 0; !__all_sync(0xffffffffu, (unsigned)(get_part(part + g) >> 63) == mark); ++spins)
+          if (spins > (1u << 26)) __trap();  // its own piece published: reduced, so the writers are past entry ss""" \
+        if held else ""
     return f"""
 extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
     unsigned long long* __restrict__ part, long long rows) {{
@@ -327,9 +356,9 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
   unsigned long long* full = reinterpret_cast<unsigned long long*>(dsm);  // the slot's bytes arrived
   unsigned long long* reduced = full + K;  // every consumer warp put its partial in wpart
   unsigned long long* ready = full + 2 * K;  // the row's statistic is in stat
-  unsigned long long* empty = full + 3 * K;  // every consumer warp wrote its share: the slot is free
-  V* wpart = reinterpret_cast<V*>(full + 4 * K);  // [K][NW]
-  float2* stat = reinterpret_cast<float2*>(wpart + K * NW);  // [K]
+  unsigned long long* empty = {empty_at};  // every consumer warp wrote its share: the slot is free
+  V* wpart = reinterpret_cast<V*>({wpart_at});  // [K][NW]
+  float2* stat = reinterpret_cast<float2*>(wpart + K * NW);  // [{stat_n}]
   T* slots = reinterpret_cast<T*>(dsm + HEAD);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const long long NB = gridDim.x, np = rows * PPR;
@@ -340,8 +369,8 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
   if (threadIdx.x == 0) {{
     fin = 0;
     for (int j = 0; j < K; ++j) {{
-      bar_init(full + j, 1); bar_init(reduced + j, NW); bar_init(ready + j, 1); bar_init(empty + j, NW);
-    }}
+      bar_init(full + j, 1); bar_init(reduced + j, NW); bar_init(ready + j, 1); bar_init(empty + j, {empty_count});
+    }}{ring_init}
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }}
   __syncthreads();
@@ -369,7 +398,7 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
       bar_wait(reduced + sl, (unsigned)(u / K) & 1u);
       V a = lane < NW ? wpart[sl * NW + lane] : ident();
       a = group_all<32, 32>(a, Op(), (V*)nullptr);
-      if (lane == 0) put_part(part + blockIdx.x + u * NB, pack_stat(a), mark);
+      if (lane == 0) put_part(part + blockIdx.x + u * NB, pack_stat(a), mark);{publisher_free}
       KF_TRACE(lane == 0, 2, u);
     }}
     return;
@@ -380,15 +409,13 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
     const unsigned mark = relay_mark(ctl, &fin, NC + 1);
     long long last_row = -1;  // the row this warp resolved last, and (in lane 0) its statistic
     float2 last = make_float2(0.f, 0.f);
-    for (long long u = warp - NW; u < n; u += NC) {{
-      const int sl = (int)(u % K);
-      bar_wait(reduced + sl, (unsigned)(u / K) & 1u);
+    for (long long u = warp - NW; u < n; u += NC) {{{resolver_wait}
       const long long g = blockIdx.x + u * NB, row = g / PPR;
       const int c0 = (int)(g - row * PPR) * PE;
-      if (row == last_row) {{  // this warp's previous piece was in the same row: its statistic stands
+      if (row == last_row) {{  // this warp's previous piece was in the same row: its statistic stands{own_word}
         if (lane == 0) {{
-          stat[sl] = last;
-          bar_arrive(ready + sl);
+          stat[{si}] = last;
+          bar_arrive(ready + {si});
           KF_TRACE(true, 3, u);
         }}
         continue;
@@ -409,8 +436,8 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
       a = group_all<32, 32>(a, Op(), (V*)nullptr);
       last_row = row;
       if (lane == 0) {{{resolve}
-        stat[sl] = last = fin;
-        bar_arrive(ready + sl);
+        stat[{si}] = last = fin;
+        bar_arrive(ready + {si});
         KF_TRACE(true, 3, u);
       }}
     }}
