@@ -208,6 +208,8 @@ def cases() -> list[tuple[str, OperatorCard, list[dict[str, Any]]]]:
          relay_variants(2)),
         ("group_norm [1,256,512,512] bf16", tc.group_norm(1, 256, 512, 512, dtype="bfloat16", used=(0,)),
          relay_variants(2)),
+        ("group_norm [1,256,512,512] fp32", tc.group_norm(1, 256, 512, 512, dtype="float32", used=(0,)),
+         relay_variants(4)),
         ("group_norm [1,512,128,128] bf16", tc.group_norm(1, 512, 128, 128, dtype="bfloat16", used=(0,)),
          group_norm_variants(8)),
         ("group_norm [1,512,256,256] fp16", tc.group_norm(1, 512, 256, 256, dtype="float16", used=(0,)),

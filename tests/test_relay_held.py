@@ -18,9 +18,14 @@ GN32 = tc.group_norm(1, 128, 1024, 1024, dtype="float32", used=(0,))
 GN16 = tc.group_norm(1, 512, 256, 256, dtype="bfloat16", used=(0,))
 
 
+def writers_root(card):
+    """The relay with writers of their own that group_norm.held_root starts from."""
+    return gn.own_writers(card, gn.defaults(card, "relay"))
+
+
 def test_regs_needs_writers_of_their_own_and_a_count_in_range() -> None:
-    root = gn.root_params(GN32)
-    assert root["writers"] and "regs" not in root  # an action, not the root
+    root = writers_root(GN32)
+    assert root["writers"] and "regs" not in root
     assert gn.valid(GN32, {**root, "regs": 1})
     for bad in (0, 5, True, "1", 1.0):
         assert not gn.valid(GN32, {**root, "regs": bad}), bad
@@ -32,7 +37,7 @@ def test_regs_within_the_register_file() -> None:
     """The held packs (4 registers each) plus the spare within a lane's share at one block an SM: 8 writers of 8 fp32
     packs (608 lanes, 104 registers) hold one piece, not two; 4 writers of 16 (352 lanes, 184) hold two; in bf16,
     whose lanes need more beside the packs, 8 writers hold none and 4 hold one."""
-    root = gn.root_params(GN32)
+    root = writers_root(GN32)
     assert gn.valid(GN32, {**root, "regs": 1}) and not gn.valid(GN32, {**root, "regs": 2})
     half = {**root, "nw": 4}
     assert gn.valid(GN32, {**half, "regs": 2}) and not gn.valid(GN32, {**half, "regs": 3})
@@ -52,7 +57,7 @@ def test_progress_rule_counts_the_held_pieces() -> None:
 
 
 def test_actions_reach_regs_and_leave_it() -> None:
-    root = gn.root_params(GN32)
+    root = writers_root(GN32)
     acts = dict(gn.actions(GN32, root))
     assert acts["regs 0 -> 1"] == {**root, "regs": 1}
     one = {**root, "regs": 1}
@@ -60,6 +65,18 @@ def test_actions_reach_regs_and_leave_it() -> None:
     assert acts["regs 1 -> 0"] == root and "regs 1 -> 2" not in acts  # two do not fit 8 fp32 writers
     off = dict(gn.actions(GN32, {**one, "k": 6}))["writers True -> False"]  # (seven slots leave too long a lag)
     assert "regs" not in off and "writers" not in off and gn.valid(GN32, off)
+
+
+def test_held_root_where_a_block_holds_three_pieces_of_a_4_byte_group() -> None:
+    """group_norm.held_root: the 16 MB fp32 groups (four 32 KB pieces of a group a block) take four writers holding
+    two pieces each, with the writers root it replaced as the second seed; 8 MB fp32 groups (two a block), 768 KB
+    ones (one) and bf16 groups keep the writers root."""
+    root = gn.root_params(GN32)
+    assert root == {**writers_root(GN32), "nw": 4, "regs": 2}
+    assert gn.seeds(GN32)[1] == writers_root(GN32) and gn.seeds(GN32)[2] == {**writers_root(GN32), "nw": 4}
+    for card in (tc.group_norm(1, 256, 512, 512), tc.group_norm(2, 1536, 64, 64),
+                 tc.group_norm(1, 128, 1024, 1024, dtype="bfloat16")):
+        assert gn.root_params(card) == writers_root(card), card.sizes
 
 
 def test_a_write_hook_must_read_its_packs_from_the_slot_expression() -> None:

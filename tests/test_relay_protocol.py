@@ -288,14 +288,22 @@ def _cases():
             yield blocks, rows, ppr, k, lag, nc
 
 
-def test_every_setting_the_progress_rule_allows_runs_to_the_end() -> None:
+def runs_to_the_end(settings, allowed, **kw) -> int:
+    """Every (blocks, rows, ppr, k, lag, nc, regs) setting ``allowed`` lets through runs to the end under two
+    schedules; how many there were."""
     checked = 0
-    for blocks, rows, ppr, k, lag, nc in _cases():
-        if progress_ok(ppr, blocks, k, lag, nc):
+    for blocks, rows, ppr, k, lag, nc, regs in settings:
+        if allowed(blocks, ppr, k, lag, nc, regs):
             checked += 1
             for seed in range(2):
-                assert simulate(rows, ppr, blocks, k, lag, nc, seed) == "done", (blocks, rows, ppr, k, lag, nc, seed)
-    assert checked > 300
+                got = simulate(rows, ppr, blocks, k, lag, nc, seed, regs=regs, **kw)
+                assert got == "done", (blocks, rows, ppr, k, lag, nc, regs, seed, got)
+    return checked
+
+
+def test_every_setting_the_progress_rule_allows_runs_to_the_end() -> None:
+    settings = ((blocks, rows, ppr, k, lag, nc, 0) for blocks, rows, ppr, k, lag, nc in _cases())
+    assert runs_to_the_end(settings, lambda b, ppr, k, lag, nc, _: progress_ok(ppr, b, k, lag, nc)) > 300
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -334,15 +342,13 @@ def test_an_epoch_that_never_moves_lets_a_resolver_take_the_last_launchs_words()
 
 
 def test_every_setting_the_writers_rule_allows_runs_to_the_end() -> None:
-    """Writers of their own (Note [writers of their own]): no lag, slots that hold a block's pieces of one row."""
-    checked = 0
-    for blocks, rows, ppr, k, nc in itertools.product((3, 5), (1, 3), range(1, 12), range(2, 7), (1, 2, 3, 4)):
-        if writers_progress_ok(ppr, blocks, k, nc):
-            checked += 1
-            for seed in range(2):
-                assert simulate(rows, ppr, blocks, k, None, nc, seed) == "done", (blocks, rows, ppr, k, nc, seed)
-            assert simulate(rows, ppr, blocks, k, None, nc, 7, launches=3) == "done"
-    assert checked > 100
+    """Writers of their own (Note [writers of their own]): no lag, slots that hold a block's pieces of one row; over
+    three launches in a row too."""
+    settings = [(blocks, rows, ppr, k, None, nc, 0) for blocks, rows, ppr, k, nc in
+                itertools.product((3, 5), (1, 3), range(1, 12), range(2, 7), (1, 2, 3, 4))]
+    allowed = lambda b, ppr, k, lag, nc, _: writers_progress_ok(ppr, b, k, nc)  # noqa: E731
+    assert runs_to_the_end(settings, allowed) > 100
+    assert runs_to_the_end(settings, allowed, launches=3) > 100
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -380,14 +386,8 @@ def _held_cases():
 
 
 def test_every_setting_the_held_rule_allows_runs_to_the_end() -> None:
-    checked = 0
-    for blocks, rows, ppr, k, nc, regs in _held_cases():
-        if held_progress_ok(ppr, blocks, k, regs, nc):
-            checked += 1
-            for seed in range(2):
-                assert simulate(rows, ppr, blocks, k, None, nc, seed, regs=regs) == "done", \
-                    (blocks, rows, ppr, k, nc, regs, seed)
-    assert checked > 1000
+    settings = ((blocks, rows, ppr, k, None, nc, regs) for blocks, rows, ppr, k, nc, regs in _held_cases())
+    assert runs_to_the_end(settings, lambda b, ppr, k, lag, nc, regs: held_progress_ok(ppr, b, k, regs, nc)) > 1000
 
 
 def test_held_with_one_place_fewer_deadlocks() -> None:

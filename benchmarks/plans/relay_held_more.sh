@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Knob regs at the fp32 group norms of two pieces and one piece of a group a block (8 MB and 4 MB groups), the root
+# Knob regs at the fp32 group norms of two pieces and one piece of a group a block (8 MB and 4 MB groups; the 8 MB
+# case was missing from probe_variants.py then and printed nothing: relay_held_8mb.sh), the root
 # first and last. Run on the device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/relay_held_more.sh   -> $OUT/probe_relay_held_more.json, .log
 . benchmarks/plans/common.sh

@@ -28,6 +28,18 @@ A slot is now freed before its piece is resolved, so what the writers' wait used
   of piece u writes entry u mod NS only once piece u is published, so reduced, so loaded after the writers took piece
   u - K, which they do after reading the statistic of piece u - K - R, the entry's previous user.
 
+Measured (H200, twenty-sixth session, one probe run per case, the root first and last;
+results/h200/probe_session26_relay_held*.json): [1,128,1024,1024] fp32 (four 32 KB pieces of a group a block)
+**281.5 us, 89% of the copy bandwidth**, with four writers holding two pieces each, and 297.4 us with eight writers
+holding one, against the root's 356.0 and 356.1 (71%); four writers holding one 301.5, holding none 363.1. So the
+held bytes, not the warps, made the difference: a block now streams at the rate its slots plus registers allow. It
+does not help where a block holds one piece of a group ([1,512,128,128] fp32 21.3-21.6 us against 20.6-21.5;
+[2,1536,64,64] fp32 29.3-30.3 against 28.3-29.4; [1,512,256,256] fp32 69.6-70.7 against 68.4-69.7), nor in bf16,
+where only four writers have the registers to hold a piece ([1,128,1024,1024] bf16 157.9 against 139.3-140.0;
+[1,512,256,256] 46.6 against 35.2-35.5; the softmax [64,262144] 33.8 against the joint relay's 23.1-23.6). It is the
+root of 4-byte groups a block holds three or more pieces of (group_norm.held_root) and an action of every relay with
+writers. Ops run X (ops_session26_gn_big.json): 283.5 us, 89%, 1.53x Inductor, 13.3x eager.
+
 Progress: a block's pieces of one row must all be reduced before the first of them is resolved; the writers take R
 pieces before they wait for any statistic, so K + R >= ceil(PPR / NB) (held_progress_ok; without regs the writers need
 K >= ceil(PPR / NB) + 1). tests/test_relay_protocol.py runs the model of the warps with knob regs, checks what every
