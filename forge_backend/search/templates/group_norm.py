@@ -29,6 +29,9 @@ already in flight into registers, so one group's statistics, barrier and stores 
 Groups of 256 KB or more. It lost every probe on the H200 (seventh session, probe_pipe.json: [1,512,256,256] bf16
 111.8 us against the root's 55.1 us; [2,1536,64,64] bf16 35.2 against 47.3 us, where the cluster runs 26.8 us):
 each cluster's walk serialises its groups, and the next group's loads only overlap what is left of this one.
+``relay`` (relay.py): groups of >= 384 KB streamed through every SM, their statistics relayed through global memory,
+with writers of their own; where a block holds two or more pieces of a 4-byte group its writers also hold pieces in
+registers (held_root; Note [pieces held in the writers' registers] in relay_held.py).
 ``lag`` (gn_lag.py): nothing kept on chip; each group is read for its statistic and re-read from the L2 a group
 or more later, when it is normalised. Slower than the relay wherever it was probed, so an action, not a seed.
 ``stream`` (split, sync, cluster and pipe) makes the last read of the input and the write of the output
@@ -168,15 +171,15 @@ def seeds(card: OperatorCard) -> list[dict[str, Any]]:
 
 
 def held_root(card: OperatorCard, p: dict[str, Any]) -> dict[str, Any] | None:
-    """For 4-byte groups of which a block holds three or more pieces (groups of >= 8.3 MB in 32 KB pieces), the
-    relay with writers ``p`` with half its warps, each writer holding two pieces in registers (Note [pieces held in
-    the writers' registers] in relay_held.py). Twenty-sixth session, one probe run, the root first and last
-    (probe_session26_relay_held.json): [1,128,1024,1024] fp32 (four pieces of a group a block) 281.5 us, 89% of the
-    copy bandwidth, against the root's 356.0 and 356.1 (71%); one piece held by eight writers 297.4. Where a block
-    holds one piece of a group it lost or tied: [1,512,128,128] fp32 21.3-21.6 us against 20.6-21.5,
-    [2,1536,64,64] fp32 29.3-30.3 against 28.3-29.4; and in bf16, where only four writers can hold a piece, it lost
-    ([1,128,1024,1024] 157.9 against 139.3-140.0)."""
-    if main_itemsize(card) != 4 or cdiv(cdiv(card.sizes["group_size"], p["pe"]), SMS) < 3:
+    """For 4-byte groups of which a block holds two or more pieces (groups of >= 4.2 MB in 32 KB pieces), the relay
+    with writers ``p`` with half its warps, each writer holding two pieces in registers (Note [pieces held in the
+    writers' registers] in relay_held.py). Twenty-sixth session, one probe run per row, the root first and last
+    (probe_session26_relay_held*.json): [1,128,1024,1024] fp32 (four pieces of a group a block) 281.5 us, 89% of the
+    copy bandwidth, against the root's 356.0 and 356.1 (71%); [1,256,512,512] fp32 (two) 133.4 against 136.0-138.7.
+    Where a block holds one piece of a group it lost or tied: [1,512,128,128] fp32 21.3-21.6 us against 20.6-21.5,
+    [2,1536,64,64] fp32 29.3-30.3 against 28.3-29.4, [1,512,256,256] fp32 70.7 against 68.4-69.7; and in bf16,
+    where only four writers can hold a piece, it lost ([1,128,1024,1024] 157.9 against 139.3-140.0)."""
+    if main_itemsize(card) != 4 or cdiv(cdiv(card.sizes["group_size"], p["pe"]), SMS) < 2:
         return None
     q = {**p, "nw": 4, "regs": 2}
     return q if valid(card, q) else None

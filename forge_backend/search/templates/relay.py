@@ -74,7 +74,9 @@ slower ([1,512,128,128] fp32 33.3 against 22.0 us); with the packs loaded a step
 step's reduce, 10-30% slower ([1,512,128,128] fp32 25.0 against 22.1, [1,512,256,256] bf16 53.3 against 41.9,
 softmax [64,262144] bf16 29.6 against 24.3, [1,128,1024,1024] bf16 194.1 against 154.0) and only at the 16 MB fp32
 groups 1.5% faster (376.9 against 382.8 us, k=4, lag=8). The consumers are latency-bound already (Nsight Compute,
-thirteenth session); a second read to wait for costs more than the slots it frees. Not kept.
+thirteenth session); a second read to wait for costs more than the slots it frees. Not kept. What did free the
+slots (twenty-sixth session): holding pieces in the writers' registers instead, a second place on chip with no read
+to wait for (Note [pieces held in the writers' registers] in relay_held.py; [1,128,1024,1024] fp32 281.5 us, 89%).
 """
 from __future__ import annotations
 

@@ -32,13 +32,15 @@ Measured (H200, twenty-sixth session, one probe run per case, the root first and
 results/h200/probe_session26_relay_held*.json): [1,128,1024,1024] fp32 (four 32 KB pieces of a group a block)
 **281.5 us, 89% of the copy bandwidth**, with four writers holding two pieces each, and 297.4 us with eight writers
 holding one, against the root's 356.0 and 356.1 (71%); four writers holding one 301.5, holding none 363.1. So the
-held bytes, not the warps, made the difference: a block now streams at the rate its slots plus registers allow. It
-does not help where a block holds one piece of a group ([1,512,128,128] fp32 21.3-21.6 us against 20.6-21.5;
-[2,1536,64,64] fp32 29.3-30.3 against 28.3-29.4; [1,512,256,256] fp32 69.6-70.7 against 68.4-69.7), nor in bf16,
-where only four writers have the registers to hold a piece ([1,128,1024,1024] bf16 157.9 against 139.3-140.0;
-[1,512,256,256] 46.6 against 35.2-35.5; the softmax [64,262144] 33.8 against the joint relay's 23.1-23.6). It is the
-root of 4-byte groups a block holds three or more pieces of (group_norm.held_root) and an action of every relay with
-writers. Ops run X (ops_session26_gn_big.json): 283.5 us, 89%, 1.53x Inductor, 13.3x eager.
+held bytes, not the warps, made the difference. At two pieces a block ([1,256,512,512] fp32) 133.4 us against
+136.0-138.7 (none held, four writers: 139.4). It does not help where a block holds one piece of a group
+([1,512,128,128] fp32 21.3-21.6 us against 20.6-21.5; [2,1536,64,64] fp32 29.3-30.3 against 28.3-29.4;
+[1,512,256,256] fp32 69.6-70.7 against 68.4-69.7), nor in bf16, where only four writers have the registers to hold a
+piece ([1,128,1024,1024] bf16 157.9 against 139.3-140.0; [1,512,256,256] 46.6 against 35.2-35.5; the softmax
+[64,262144] 33.8 against the joint relay's 23.1-23.6). It is the root of 4-byte groups a block holds two or more
+pieces of (group_norm.held_root) and an action of every relay with writers. Ops runs X and Y
+(ops_session26_gn_big.json, ops_session26_gn_8mb.json): [1,128,1024,1024] fp32 283.5 us, 89%, 1.53x Inductor;
+[1,256,512,512] fp32 133.8 us, 94%, 1.75x Inductor.
 
 Progress: a block's pieces of one row must all be reduced before the first of them is resolved; the writers take R
 pieces before they wait for any statistic, so K + R >= ceil(PPR / NB) (held_progress_ok; without regs the writers need
