@@ -12,7 +12,7 @@ from forge_backend.runtime.nvrtc import BASE_OPTIONS, compile_source
 from forge_backend.search.templates import group_norm as gn
 from forge_backend.search.templates import softmax as sm
 from forge_backend.search.templates.relay import relay_writers
-from forge_backend.search.templates.relay_held import held_writer_warps
+from forge_backend.search.templates.relay_held import held_writer_warps, lane_registers
 
 GN32 = tc.group_norm(1, 128, 1024, 1024, dtype="float32", used=(0,))
 GN16 = tc.group_norm(1, 512, 256, 256, dtype="bfloat16", used=(0,))
@@ -34,9 +34,10 @@ def test_regs_needs_writers_of_their_own_and_a_count_in_range() -> None:
 
 
 def test_regs_within_the_register_file() -> None:
-    """The held packs (4 registers each) plus the spare within a lane's share at one block an SM: 8 writers of 8 fp32
-    packs (608 lanes, 104 registers) hold one piece, not two; 4 writers of 16 (352 lanes, 184) hold two; in bf16,
-    whose lanes need more beside the packs, 8 writers hold none and 4 hold one."""
+    """The held packs (4 registers each) plus the spare within a lane's registers at one block an SM: 8 writers of 8
+    fp32 packs (19 warps, 96 registers a lane) hold one piece, not two; 4 writers of 16 (11 warps, 168) hold two; in
+    bf16, whose lanes need more beside the packs, 8 writers hold none and 4 hold one."""
+    assert (lane_registers(19 * 32), lane_registers(11 * 32), lane_registers(7 * 32)) == (96, 168, 248)
     root = writers_root(GN32)
     assert gn.valid(GN32, {**root, "regs": 1}) and not gn.valid(GN32, {**root, "regs": 2})
     half = {**root, "nw": 4}

@@ -59,23 +59,31 @@ from .common import cdiv
 
 SLOT_PACK = "sp[i * 32 + lane]"  # how a write hook reads pack i of its warp's share of the slot (relay_kernel)
 MAX_REGS = 4
-# registers a writer lane needs beside the held packs, by the input's item size: NVRTC (13.x, sm_90) spilled where
-# 4-byte layouts had 40 or 2-byte ones 72 (8 writers of 8 packs: 2 pieces of fp32, 1 of bf16, against the 104
-# registers each of 608 lanes has); tests/test_relay_held.py compiles every layout the rule lets through and finds
-# no spill
-REGS_SPARE = {4: 48, 2: 80}
+# registers a writer lane needs beside the held packs, by the input's item size. With the registers a lane may have
+# (lane_registers), NVRTC (13.x, sm_90) spilled where 4-byte layouts had 32 (8 writers of 8 fp32 packs holding 2
+# pieces: 64 + 32 = 96) or 2-byte ones 64 (8 writers of 8 bf16 packs holding 1), and not where they had 40 (4 writers
+# of 16 fp32 packs holding 2) or 104 (4 of 16 bf16 packs holding 1); tests/test_relay_held.py compiles every layout
+# the rule lets through and finds no spill
+REGS_SPARE = {4: 40, 2: 72}
+
+
+def lane_registers(threads: int) -> int:
+    """The registers each lane of a block of ``threads`` may use at one block an SM (``__launch_bounds__(NT, 1)``):
+    the register file is four sub-partitions of 16384, and a sub-partition holds every fourth warp, so the fullest one
+    has ceil(warps / 4) of them; rounded down to the allocation unit of 8 (ptxas gave 19 warps 96 registers, not
+    65536 / 608 = 107, and 11 warps 168)."""
+    return min(255, 16384 // (cdiv(cdiv(threads, 32), 4) * 32)) // 8 * 8
 
 
 def held_regs(p: dict[str, Any], npl: int, threads: int, isz: int) -> bool:
     """``regs`` within 1..MAX_REGS, with writers of their own, and the held packs (4 registers each) plus REGS_SPARE
-    within a thread's share of the register file at one block an SM (``__launch_bounds__(NT, 1)``), so that the
-    held pieces are not spilled to local memory."""
+    within a lane's registers (lane_registers), so that the held pieces are not spilled to local memory."""
     regs = p.get("regs")
     if regs is None:
         return True
     if isinstance(regs, bool) or not isinstance(regs, int) or not 1 <= regs <= MAX_REGS or "writers" not in p:
         return False
-    return regs * npl * 4 + REGS_SPARE.get(isz, max(REGS_SPARE.values())) <= 65536 // threads // 8 * 8
+    return regs * npl * 4 + REGS_SPARE.get(isz, max(REGS_SPARE.values())) <= lane_registers(threads)
 
 
 def held_progress_ok(ppr: int, blocks: int, k: int, regs: int, nc: int) -> bool:
