@@ -101,9 +101,9 @@ def simulate(rows: int, ppr: int, blocks: int, k: int, lag: int | None, nc: int,
     """Run ``launches`` launches one after another (stream order) on one kept scratch: ``done``, ``deadlock``,
     ``misread``, ``stale`` (a resolver took a word of an earlier launch) or ``race``. ``advance=False`` is a kernel
     whose epoch never moves. ``lag=None``: writer warps of their own (Note [writers of their own]); ``regs``: holding
-    that many pieces in registers, ``held`` (``ring``, ``frees``, ``slot_waits``) overriding Block's defaults. ``ramp``: the loader
-    issues its first K copies RAMP at a time, each once the copy RAMP before it has landed (Note [the first copies a
-    few at a time]); without it they have all landed before any warp starts."""
+    that many pieces in registers, ``held`` (``ring``, ``frees``, ``slot_waits``) overriding Block's defaults.
+    ``ramp``: the loader issues its first K copies RAMP at a time, each once the copy RAMP before it has landed (Note
+    [the first copies a few at a time]); without it they have all landed before any warp starts."""
     scratch = Scratch({g: (0, -1) for g in range(rows * ppr)})
     for launch in range(launches):
         blocks_ = [Block(b, (rows * ppr - 1 - b) // blocks + 1 if b < rows * ppr else 0, k, regs, **held)

@@ -84,7 +84,8 @@ from typing import Any
 
 from ...contract import Launch
 from .common import SMEM_ADDR, SMEM_LIMIT, SMS, cdiv, flag_knob, knob, launch, scale_knob
-from .relay_held import MAX_REGS, held_head_bytes, held_knob, held_progress_ok, held_regs, held_writer_warps
+from .relay_held import (MAX_REGS, held_head_bytes, held_knob, held_parts, held_progress_ok, held_regs,
+                         held_writer_warps)
 
 RELAY_HELPERS = SMEM_ADDR + r"""
 __device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count) {
@@ -333,24 +334,9 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
       }""" if "ramp" in p else "      for (long long t = 0; t < K && t < n; ++t) issue(t);"
     writers, consumers = (_writer_warps(reduce_piece, write_piece, prefetch, wrote_slot) if "writers" in p
                           else ("", _joint_warps(reduce_piece, write_piece, prefetch, fence)))
-    held = "regs" in p  # Note [pieces held in the writers' registers] in relay_held.py
-    if held:
+    h = held_parts("regs" in p)  # Note [pieces held in the writers' registers] in relay_held.py
+    if "regs" in p:
         writers = held_writer_warps(write_piece, prefetch)
-    # with knob regs: the statistics a ring of NS entries, a slot freed by its publisher as well, and resolvers that
-    # wait for words, not slots
-    empty_at, si = ("full + 3 * K + REGS", "ss") if held else ("full + 3 * K", "sl")
-    empty_count = "NW + 1" if held else "NW"
-    wpart_at, stat_n = ("full + 4 * K + (REGS + 1) / 2 * 2", "NS") if held else ("full + 4 * K", "K")  # 16-byte V
-    ring_init = "\n    for (int j = K; j < NS; ++j) bar_init(ready + j, 1);" if held else ""
-    publisher_free = "\n      if (lane == 0) bar_arrive(empty + sl);  // its partials are read" if held else ""
-    resolver_wait = """
-      const int ss = (int)(u % NS);""" if held else """
-      const int sl = (int)(u % K);
-      bar_wait(reduced + sl, (unsigned)(u / K) & 1u);"""
-    own_word = """
-        for (unsigned spins = 0; !__all_sync(0xffffffffu, (unsigned)(get_part(part + g) >> 63) == mark); ++spins)
-          if (spins > (1u << 26)) __trap();  // its own piece published: reduced, so the writers are past entry ss""" \
-        if held else ""
     return f"""
 extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
     unsigned long long* __restrict__ part, long long rows) {{
@@ -358,9 +344,9 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
   unsigned long long* full = reinterpret_cast<unsigned long long*>(dsm);  // the slot's bytes arrived
   unsigned long long* reduced = full + K;  // every consumer warp put its partial in wpart
   unsigned long long* ready = full + 2 * K;  // the row's statistic is in stat
-  unsigned long long* empty = {empty_at};  // every consumer warp wrote its share: the slot is free
-  V* wpart = reinterpret_cast<V*>({wpart_at});  // [K][NW]
-  float2* stat = reinterpret_cast<float2*>(wpart + K * NW);  // [{stat_n}]
+  unsigned long long* empty = {h['empty_at']};  // every consumer warp wrote its share: the slot is free
+  V* wpart = reinterpret_cast<V*>({h['wpart_at']});  // [K][NW]
+  float2* stat = reinterpret_cast<float2*>(wpart + K * NW);  // [{h['stat_n']}]
   T* slots = reinterpret_cast<T*>(dsm + HEAD);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const long long NB = gridDim.x, np = rows * PPR;
@@ -371,8 +357,8 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
   if (threadIdx.x == 0) {{
     fin = 0;
     for (int j = 0; j < K; ++j) {{
-      bar_init(full + j, 1); bar_init(reduced + j, NW); bar_init(ready + j, 1); bar_init(empty + j, {empty_count});
-    }}{ring_init}
+      bar_init(full + j, 1); bar_init(reduced + j, NW); bar_init(ready + j, 1); bar_init(empty + j, {h['empty_count']});
+    }}{h['ring_init']}
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }}
   __syncthreads();
@@ -400,7 +386,7 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
       bar_wait(reduced + sl, (unsigned)(u / K) & 1u);
       V a = lane < NW ? wpart[sl * NW + lane] : ident();
       a = group_all<32, 32>(a, Op(), (V*)nullptr);
-      if (lane == 0) put_part(part + blockIdx.x + u * NB, pack_stat(a), mark);{publisher_free}
+      if (lane == 0) put_part(part + blockIdx.x + u * NB, pack_stat(a), mark);{h['publisher_free']}
       KF_TRACE(lane == 0, 2, u);
     }}
     return;
@@ -411,13 +397,13 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
     const unsigned mark = relay_mark(ctl, &fin, NC + 1);
     long long last_row = -1;  // the row this warp resolved last, and (in lane 0) its statistic
     float2 last = make_float2(0.f, 0.f);
-    for (long long u = warp - NW; u < n; u += NC) {{{resolver_wait}
+    for (long long u = warp - NW; u < n; u += NC) {{{h['resolver_wait']}
       const long long g = blockIdx.x + u * NB, row = g / PPR;
       const int c0 = (int)(g - row * PPR) * PE;
-      if (row == last_row) {{  // this warp's previous piece was in the same row: its statistic stands{own_word}
+      if (row == last_row) {{  // this warp's previous piece was in the same row: its statistic stands{h['own_word']}
         if (lane == 0) {{
-          stat[{si}] = last;
-          bar_arrive(ready + {si});
+          stat[{h['si']}] = last;
+          bar_arrive(ready + {h['si']});
           KF_TRACE(true, 3, u);
         }}
         continue;
@@ -438,8 +424,8 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
       a = group_all<32, 32>(a, Op(), (V*)nullptr);
       last_row = row;
       if (lane == 0) {{{resolve}
-        stat[{si}] = last = fin;
-        bar_arrive(ready + {si});
+        stat[{h['si']}] = last = fin;
+        bar_arrive(ready + {h['si']});
         KF_TRACE(true, 3, u);
       }}
     }}

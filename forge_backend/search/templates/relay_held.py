@@ -105,6 +105,29 @@ def held_head_bytes(p: dict[str, Any]) -> int:
     return (regs + regs % 2) * 8 + regs * 8
 
 
+def held_parts(held: bool) -> dict[str, str]:
+    """The parts of relay_kernel's source that knob regs changes (the Note), without it and with it: where ``empty``
+    and the warps' partials start (after NS ``ready`` mbarriers; the partials 16-byte aligned), the statistics'
+    entry a resolver uses (``si``) and their count, the arrivals that free a slot, the ring's extra mbarriers, the
+    publisher's arrival, the resolver's wait before its piece (its slot's ``reduced``, or none), and its wait for its
+    own piece's word where it reuses a row's statistic."""
+    if not held:
+        return {"empty_at": "full + 3 * K", "wpart_at": "full + 4 * K", "stat_n": "K", "si": "sl",
+                "empty_count": "NW", "ring_init": "", "publisher_free": "", "own_word": "",
+                "resolver_wait": """
+      const int sl = (int)(u % K);
+      bar_wait(reduced + sl, (unsigned)(u / K) & 1u);"""}
+    return {"empty_at": "full + 3 * K + REGS", "wpart_at": "full + 4 * K + (REGS + 1) / 2 * 2", "stat_n": "NS",
+            "si": "ss", "empty_count": "NW + 1",
+            "ring_init": "\n    for (int j = K; j < NS; ++j) bar_init(ready + j, 1);",
+            "publisher_free": "\n      if (lane == 0) bar_arrive(empty + sl);  // its partials are read",
+            "resolver_wait": """
+      const int ss = (int)(u % NS);""",
+            "own_word": """
+        for (unsigned spins = 0; !__all_sync(0xffffffffu, (unsigned)(get_part(part + g) >> 63) == mark); ++spins)
+          if (spins > (1u << 26)) __trap();  // its own piece published: reduced, so the writers are past entry ss"""}
+
+
 def held_writer_warps(write_piece: str, prefetch: str) -> str:
     """The writer warps of knob ``regs`` (the Note): pieces u .. u + REGS - 1 of a writer's share in ``held``, the
     write hook reading them from there instead of the slot."""
