@@ -1,13 +1,14 @@
 """Every bf16 input of a tanh, through CUDA's tanhf and through cheaper forms, each result rounded to bf16: where do
 they differ? The soft cap (Gemma's tanh(x / 30) * 30 in bf16) rounds tanh's input and output to bf16, so a form
-whose rounded results equal tanhf's on all 65,536 inputs gives the same bits with fewer instructions.
+whose rounded results equal tanhf's on all 65,536 inputs gives the same bits with fewer instructions. (The kernels
+compile with --use_fast_math, where tanhf already is ``approx``: the Note in templates/softmax.py has what this found.)
 
     python benchmarks/tanh_bf16_exhaustive.py [--out DIR]   (a CUDA GPU and CuPy)
 
 Forms: ``approx`` (tanh.approx.f32, one MUFU op); ``exp5`` (1 - 2 / (exp(2|t|) + 1) with __expf and a full division,
 the sign copied, and t - t^3/3 + 2t^5/15 below |t| < 2^-4, where the subtraction would cancel); ``exp9`` (the same
-with the series to t^9 below |t| < 1/4). A CPU check (float64 tanh) found no bf16 input whose tanh lies within 64
-fp32 ulps of a bf16 rounding midpoint, so a form within that of tanhf rounds to the same bf16.
+with the series to t^9 below |t| < 1/4). ``closest_to_a_midpoint`` (float64 on the CPU): the exact tanh of no bf16
+input lies within 102 fp32 ulps of a bf16 rounding midpoint, so a form within that of tanhf rounds to the same bf16.
 """
 from __future__ import annotations
 

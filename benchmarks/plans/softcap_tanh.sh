@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The soft cap's tanh (Note [a tanh from bf16 to bf16] in templates/fused.py): every bf16 input through tanhf and
-# cheaper forms (benchmarks/tanh_bf16_exhaustive.py), then the soft-capped softmax's root, whose tanh is now the
-# cheap form, against the same kernel with tanhf swapped back in, alternately in one probe run. Run on the device after `benchmarks/run_device.sh setup`:
+# The soft cap's tanh (the Note after Note [a prologue evaluated once, into its slot] in softmax.py): every bf16
+# input through tanhf and cheaper forms (benchmarks/tanh_bf16_exhaustive.py), then the soft-capped softmax's root,
+# whose tanh was the cheap form in the code it ran on (commit 7756f54, reverted after), against the same kernel with
+# tanhf swapped back in, alternately in one probe run. On today's code the swap finds nothing to replace. Run on the
+# device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/softcap_tanh.sh   -> $OUT/tanh_bf16_exhaustive.json, $OUT/probe_softcap_tanh.*
 . benchmarks/plans/common.sh
 python3 benchmarks/tanh_bf16_exhaustive.py --out "$OUT"

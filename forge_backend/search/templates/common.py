@@ -156,9 +156,6 @@ POINTWISE_MATH = {
     "tanh": "tanhf(v)",
     "gelu": "0.5f * v * (1.f + erff(v * 0.70710678118654752f))",
     "gelu_tanh": "0.5f * v * (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)))",
-    # Note [a tanh from bf16 to bf16]: tanh of a bf16 value whose result is rounded to bf16
-    "tanh_bf16": "fabsf(v) < 0.25f ? v * (1.f + v * v * (-1.f / 3.f + v * v * (2.f / 15.f + v * v * (-17.f / 315.f + "
-                 "v * v * (62.f / 2835.f))))) : copysignf(1.f - 2.f / (__expf(2.f * fabsf(v)) + 1.f), v)",
 }
 
 

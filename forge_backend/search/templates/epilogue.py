@@ -69,7 +69,7 @@ def epilogue_function(card: OperatorCard) -> str:
     dtypes = [norm_input(card).dtype if i == k else input_spec(card, f"x{i}").dtype for i in range(n)]
     lines = value_lines(root, dtypes)
     return f"""
-{device_functions(root, dtypes)}
+{device_functions(root)}
 // epilogue: {card.scalars["expr"]} (x{k} is the norm's output)
 __device__ __forceinline__ float ep({", ".join(f"float a{i}" for i in range(n))}) {{
 {chr(10).join(lines)}

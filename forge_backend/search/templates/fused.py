@@ -78,7 +78,7 @@ def value_lines(root: Call, in_dtypes: list[str]) -> list[str]:
         if op.dtype is not None:
             v = args[0]  # a cast: the rounding below (or the final store) is the whole op
         elif op.arity == 1:
-            v = f"f_{math_name(c, dtypes)}({args[0]})"
+            v = f"f_{c.op}({args[0]})"
         elif c.op == "div" and isinstance(c.args[1], Const):
             # ATen's CUDA true division by a CPU scalar multiplies by the reciprocal (BinaryDivTrueKernel.cu)
             v = f"{args[0]} * {float_literal(_reciprocal(c.args[1].value))}"
@@ -97,25 +97,8 @@ def _reciprocal(c: int | float) -> float:
     return math.copysign(math.inf, float(c)) if c == 0 else 1.0 / c
 
 
-# Note [a tanh from bf16 to bf16]
-# Gemma's soft cap computes tanh(x / 30) * 30 in bf16: tanh's input is a bf16 value and its result is rounded to
-# bf16. There are 65,536 such inputs, and the exact tanh of none of them comes closer than 102 fp32 ulps to a bf16
-# rounding midpoint (benchmarks/tanh_bf16_exhaustive.py, float64 on the CPU), so any form within that of tanhf rounds
-# to tanhf's bf16. ``tanh_bf16`` (1 - 2 / (exp(2|x|) + 1) with __expf, the sign copied, and the series to x^9 below
-# |x| < 1/4, where the subtraction would cancel) is used there instead of tanhf, which spends more instructions on an
-# fp32-accurate result. On the H200 ...
-def math_name(c: Call, dtypes: dict[Expr, str]) -> str:
-    """The POINTWISE_MATH entry a unary call ``c`` evaluates (``dtypes``: every subexpression's dtype): ``tanh_bf16``
-    for a tanh from a bf16 value to a bf16 result (Note [a tanh from bf16 to bf16]), else the op's own."""
-    if c.op == "tanh" and dtypes[c] == "bfloat16" and dtypes[c.args[0]] == "bfloat16":
-        return "tanh_bf16"
-    return c.op
-
-
-def device_functions(root: Call, in_dtypes: list[str]) -> str:
-    dtypes: dict[Expr, str] = {}
-    result_dtype(root, in_dtypes, dtypes)
-    used = sorted({math_name(c, dtypes) for c in distinct_calls(root) if c.op in POINTWISE_MATH})
+def device_functions(root: Call) -> str:
+    used = sorted({c.op for c in distinct_calls(root) if c.op in POINTWISE_MATH})
     return "\n".join(f"__device__ __forceinline__ float f_{n}(float v) {{ return {POINTWISE_MATH[n]}; }}" for n in used)
 
 
@@ -144,7 +127,7 @@ typedef {"long long" if numel > 2**31 - 1 - 1024 else "int"} I;
 {consts(N=numel, NV=numel // vec, VEC=vec, NT=p["block"], UNROLL=p["unroll"])}
 {chr(10).join(f"typedef Pack<T{i}, VEC> P{i};" for i in range(k))}
 typedef Pack<TO, VEC> PO;
-{device_functions(root, [t.spec.dtype for t in card.inputs])}
+{device_functions(root)}
 
 // {card.scalars["expr"]}
 __device__ __forceinline__ float fx({a_params}) {{
@@ -214,7 +197,7 @@ def row_loader(expr: str, specs: list[TensorSpec], out: TensorSpec, arg: str = "
   return r;
 }}"""
     return f"""{typedefs(**{f"{typ}{i}": s.dtype for i, s in enumerate(specs)})}
-{device_functions(root, [s.dtype for s in specs])}
+{device_functions(root)}
 struct XAt {{ {ptrs} }};
 struct XRow {{
   {ptrs}

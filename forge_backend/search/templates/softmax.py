@@ -728,6 +728,12 @@ def _relay_layout_ok(card: OperatorCard, vec: int) -> bool:
 # of its 896 bf16 results in shared memory (exact: the same bits as tanhf for all 65536 inputs, GPU-tested) was slower
 # everywhere it was timed: the cluster 62.4 against 53.4 us, the relay once 59.2 against 48.8 (its loads queue on
 # the MIO pipe with the F2F roundings), so it was not kept.
+# Nor was an arithmetic tanh (twenty-sixth session, commit 7756f54, reverted): the kernels compile with
+# --use_fast_math, so tanhf is already tanh.approx.f32, one MUFU op. Over every bf16 input (benchmarks/
+# tanh_bf16_exhaustive.py, results/h200/tanh_bf16_exhaustive_session26.json) tanh.approx rounds to precise tanhf's
+# bf16 on all 65,026 normal finite inputs (it differs on the 254 subnormals, which that precise build flushed); an
+# exp form with a series near 0 also rounds as tanhf does (within 5 fp32 ulps of it) but ran the soft cap's root in
+# 42.0 us three times against 34.7-35.0 with tanhf (probe_session26_softcap_tanh.json).
 
 
 def _raw_header(card: OperatorCard, p: dict[str, Any], sizes: dict[str, int]) -> str:
