@@ -18,13 +18,8 @@ GN32 = tc.group_norm(1, 128, 1024, 1024, dtype="float32", used=(0,))
 GN16 = tc.group_norm(1, 512, 256, 256, dtype="bfloat16", used=(0,))
 
 
-def writers_root(card):
-    """The relay with writers of their own that group_norm.held_root starts from."""
-    return gn.own_writers(card, gn.defaults(card, "relay"))
-
-
 def test_regs_needs_writers_of_their_own_and_a_count_in_range() -> None:
-    root = writers_root(GN32)
+    root = gn.writers_root(GN32)
     assert root["writers"] and "regs" not in root
     assert gn.valid(GN32, {**root, "regs": 1})
     for bad in (0, 5, True, "1", 1.0):
@@ -38,7 +33,7 @@ def test_regs_within_the_register_file() -> None:
     fp32 packs (19 warps, 96 registers a lane) hold one piece, not two; 4 writers of 16 (11 warps, 168) hold two; in
     bf16, whose lanes need more beside the packs, 8 writers hold none and 4 hold one."""
     assert (lane_registers(19 * 32), lane_registers(11 * 32), lane_registers(7 * 32)) == (96, 168, 248)
-    root = writers_root(GN32)
+    root = gn.writers_root(GN32)
     assert gn.valid(GN32, {**root, "regs": 1}) and not gn.valid(GN32, {**root, "regs": 2})
     half = {**root, "nw": 4}
     assert gn.valid(GN32, {**half, "regs": 2}) and not gn.valid(GN32, {**half, "regs": 3})
@@ -58,7 +53,7 @@ def test_progress_rule_counts_the_held_pieces() -> None:
 
 
 def test_actions_reach_regs_and_leave_it() -> None:
-    root = writers_root(GN32)
+    root = gn.writers_root(GN32)
     acts = dict(gn.actions(GN32, root))
     assert acts["regs 0 -> 1"] == {**root, "regs": 1}
     one = {**root, "regs": 1}
@@ -73,11 +68,11 @@ def test_held_root_where_a_block_holds_three_pieces_of_a_4_byte_group() -> None:
     writers holding two pieces each, with the writers root it replaced as the second seed; 4 MB and 768 KB fp32
     groups (one a block) and bf16 groups keep the writers root."""
     for card in (GN32, tc.group_norm(1, 256, 512, 512)):
-        assert gn.root_params(card) == {**writers_root(card), "nw": 4, "regs": 2}
-        assert gn.seeds(card)[1] == writers_root(card) and gn.seeds(card)[2] == {**writers_root(card), "nw": 4}
+        assert gn.root_params(card) == {**gn.writers_root(card), "nw": 4, "regs": 2}
+        assert gn.seeds(card)[1] == gn.writers_root(card) and gn.seeds(card)[2] == {**gn.writers_root(card), "nw": 4}
     for card in (tc.group_norm(1, 512, 256, 256), tc.group_norm(2, 1536, 64, 64),
                  tc.group_norm(1, 128, 1024, 1024, dtype="bfloat16")):
-        assert gn.root_params(card) == writers_root(card), card.sizes
+        assert gn.root_params(card) == gn.writers_root(card), card.sizes
 
 
 def test_a_write_hook_must_read_its_packs_from_the_slot_expression() -> None:

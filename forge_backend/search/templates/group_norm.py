@@ -131,13 +131,19 @@ def root_params(card: OperatorCard) -> dict[str, Any]:
         # 34.7 and 34.6, alternately in one run (probe_session13_gn32.json). With writers of their own and seven
         # slots (own_writers) since the twentieth session, and from groups of 384 KB ([2,1536,64,64] bf16)
         # instead of 512 KB. Smaller groups keep the cluster roots that won their probes; the relay is a seed there
-        p = own_writers(card, defaults(card, "relay"))  # Note [relay pieces of 48 KB: an action, not the root]
+        p = writers_root(card)  # Note [relay pieces of 48 KB: an action, not the root]
         if valid(card, p):
             return held_root(card, p) or p
     kept = kept_seed(card)
     if kept is not None:  # groups of >= 256 KB: the kept-in-part cluster (kept_seed), where the first valid default,
         return kept  # the sync kernel, ran [2,1536,64,64] bf16 in 45.9 us against its 20.4 (thirteenth session)
     return next(p for s in STRATEGIES if valid(card, p := defaults(card, s)))
+
+
+def writers_root(card: OperatorCard) -> dict[str, Any]:
+    """The relay with writers of their own that roots groups of >= 384 KB (own_writers of the relay's defaults), and
+    held_root starts from."""
+    return own_writers(card, defaults(card, "relay"))
 
 
 def own_writers(card: OperatorCard, p: dict[str, Any]) -> dict[str, Any]:
@@ -162,7 +168,7 @@ def seeds(card: OperatorCard) -> list[dict[str, Any]]:
     # groups the root with half its reducers (fewer_reducers)
     kept = kept_seed(card)
     joint = defaults(card, "relay") if "writers" in root else None
-    writers = own_writers(card, joint) if "regs" in root else root  # behind a held root, the root it replaced
+    writers = writers_root(card) if "regs" in root else root  # behind a held root, the root it replaced
     out = [root]
     for p in (writers, fewer_reducers(card, writers), joint, kept):
         if p is not None and p not in out and valid(card, p):
