@@ -254,9 +254,10 @@ def test_root_strategies_fit_the_shape() -> None:
     huge = tc.group_norm(1, 128, 2048, 2048, dtype="float32")  # 64 MB groups: 2048 pieces, too many to poll
     assert family_for(huge).root_params(huge)["strategy"] == "split"
     assert pick("softmax_4097_f32")["vec"] == 1  # 4097 * 4 bytes is not a multiple of 16
-    # Note [a prologue evaluated once, into its slot]: the soft cap's bf16 values fit the relay's slots
+    # Note [a prologue evaluated once, into its slot]: the soft cap's bf16 values fit the relay's slots; Note [stores
+    # of whole sectors]: its fp32 outputs are stored 16 bytes a lane
     assert pick("softmax_fused_softcap") == {"strategy": "relay", "vec": 8, "pe": 8192, "nw": 16, "nc": 1, "k": 10,
-                                             "lag": 4, "once": True, "ramp": 2}
+                                             "lag": 4, "once": True, "ramp": 2, "halves": True}
     softcap = CARDS["softmax_fused_softcap"][0]()
     assert family_for(softcap).defaults(softcap, "cluster")["vec"] == 4  # bf16 logits, fp32 after the prologue
     assert family_for(softcap).seeds(softcap)[1]["strategy"] == "cluster"
@@ -373,7 +374,7 @@ def test_relay_softmax_streams_pieces_through_every_sm() -> None:
     fused = CARDS["softmax_fused_softcap"][0]()
     q = sm.defaults(fused, "relay")
     assert q == {"strategy": "relay", "vec": 8, "pe": 8192, "nw": 16, "nc": 1, "k": 10, "lag": 4, "once": True,
-                 "ramp": 2}
+                 "ramp": 2, "halves": True}
     assert sm.valid(fused, q) and sm.root_params(fused) == q
     relay = sm.generate(fused, q)
     assert relay.requires_align == 32  # 8 fp32 outputs a pack: two 16-byte stores

@@ -194,6 +194,8 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
         p = {**relay_defaults(_relay_isz(card)), "ramp": 1}
         if _once_ok(card):  # Note [a prologue evaluated once, into its slot]: pieces of 16 KB, 10 slots, a lag of 4
             p.update(pe=16384 // _relay_isz(card), k=10, lag=4, once=True, ramp=2)
+        if _wide_out(card, p["vec"]):  # Note [stores of whole sectors]
+            p["halves"] = True
         return p
     if strategy == "resident":
         return resident_defaults(rows, cols, _relay_isz(card))
@@ -255,6 +257,8 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     s, vec, block = p.get("strategy"), p.get("vec", 0), p.get("block", 0)
     if "once" in p and not (p["once"] is True and s == "relay" and _once_ok(card)):
         return False  # Note [a prologue evaluated once, into its slot]
+    if "halves" in p and not (p["halves"] is True and s == "relay" and "regs" not in p and _wide_out(card, vec)):
+        return False  # Note [stores of whole sectors]
     if s == "resident":  # Note [a tensor held on chip whole]: the relay's layout, a fused prologue evaluated once
         return _relay_layout_ok(card, vec) and (not _fused(card) or _once_ok(card)) and \
             resident_valid(p, rows, cols, _relay_isz(card))
@@ -340,17 +344,27 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
     if p["strategy"] in ("cluster", "split", "pipe"):
         acts.append(knob(p, "stream", not p.get("stream", False)))
     if p["strategy"] == "relay":
-        once = {"once": True} if p.get("once") else {}  # the softmax's own knob rides along
-        acts += [(label, {**q, **once}) for label, q in relay_actions(_relay_knobs(p))]
-        acts.append(flag_knob(p, "once"))
+        own = {k: True for k in _RELAY_OWN if p.get(k)}  # the softmax's own knobs ride along
+        acts += [(label, {**q, **own}) for label, q in relay_actions(_relay_knobs(p))]
+        acts += [flag_knob(p, k) for k in _RELAY_OWN]
     if p["strategy"] == "resident":
         acts += resident_actions(p)
     return filter_actions(card, p, acts, valid)
 
 
+_RELAY_OWN = ("once", "halves")  # the softmax's own knobs of the relay (Notes [a prologue evaluated once, into its
+# slot], [stores of whole sectors])
+
+
 def _relay_knobs(p: dict[str, Any]) -> dict[str, Any]:
-    """``p`` without the softmax's own relay knob ``once``: what relay.py's validity and actions read."""
-    return {k: v for k, v in p.items() if k != "once"}
+    """``p`` without the softmax's own relay knobs (``_RELAY_OWN``): what relay.py's validity and actions read."""
+    return {k: v for k, v in p.items() if k not in _RELAY_OWN}
+
+
+def _wide_out(card: OperatorCard, vec: int) -> bool:
+    """An output pack of VEC elements is 32 bytes (fp32 after 2-byte logits): two 16-byte stores a lane (Note [stores
+    of whole sectors])."""
+    return vec * ITEMSIZE[output_spec(card, 0).dtype] == 32
 
 
 def _once_ok(card: OperatorCard) -> bool:
@@ -735,6 +749,30 @@ def _relay_layout_ok(card: OperatorCard, vec: int) -> bool:
 # exp form with a series near 0 also rounds as tanhf does (within 5 fp32 ulps of it) but ran the soft cap's root in
 # 42.0 us three times against 34.7-35.0 with tanhf (probe_session26_softcap_tanh.json).
 
+# Note [stores of whole sectors]
+# Where the output is wider than the input (fp32 after bf16 or fp16 logits: the soft cap, the sampling softmax), an
+# output pack of VEC elements is 32 bytes: a lane stores it as two 16-byte stores, and each store instruction of a
+# warp covers half of each of 32 sectors. Nsight Compute on the soft cap's relay counted 16 of every 32 bytes used per
+# stored sector (sixteenth session, results/h200/ncu/softcap_relay_once_f2f.txt: 49% excessive sectors). With knob
+# ``halves`` a lane's write takes half packs instead (``H``: VEC / 2 elements, an 8-byte shared load), so each store
+# is 16 bytes and a warp's store covers 512 contiguous bytes (ncu/softcap_relay_halves.txt: 32 of 32 bytes a sector).
+# With ``once`` a lane then reads values other lanes of its warp put back into the slot, so the write starts with a
+# __syncwarp. It is the relay's default wherever its output packs are 32 bytes (``_wide_out``).
+# Measured on the H200 (twenty-seventh session, each table one run, the root first and last; results/h200/
+# probe_session27_halves.json, _halves_more, _pairs_hint, _warps):
+# - the soft cap [64, 262144] bf16 -> fp32, the root (16 KB pieces, 10 slots, a lag of 4): 32.7 and 33.0 us with
+#   halves against 34.2-34.9 without; in 32 KB pieces 33.3 against 38.9; with writers of their own 32.9; the sampling
+#   softmax ``to_float32(x0)`` 30.6 and 30.8 against 31.9-32.9;
+# - the relay is then bound by its consumer warps, not by its stores or slots: its timeline (trace_session27_softcap.md)
+#   has a block's consumers take 1.1 us a 16 KB piece while they only reduce and 1.6-1.8 us once they also write,
+#   Nsight Compute 60% of the issue slots busy at 37 instructions an element (11 of them the soft cap and its three
+#   roundings). Measured there and not kept: the soft cap's intermediates rounded two at a time (one paired
+#   conversion for two elements, and the values kept for the max and the sum: 32.4-32.9 us against 32.7-33.1, and no
+#   gain at the plain bf16 softmax); a suspend-time hint on the mbarrier waits (2 us or 1 ms: 32.6-33.1 against
+#   32.7-33.0; the group norms and softmaxes within their noise); 24 consumer warps (33.8-39.2), or 12 reducers and
+#   12 writers (32.7, 35.8), against 32.8-32.9; the same at the bf16 softmax (24.8-26.7 against 23.2-23.5) and the
+#   fp32 group norms ([1,512,128,128] 22.8-26.4 against 20.2-20.6).
+
 
 def _raw_header(card: OperatorCard, p: dict[str, Any], sizes: dict[str, int]) -> str:
     """``_header`` with T the element as it is in memory (the relay's and the resident kernel's), and
@@ -768,19 +806,24 @@ def _relay_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     x = "to_f" if once else "xv"
     val = f"{x}(p.v[j]) - m - lse" if log else f"__expf({x}(p.v[j]) - m) * inv"
     pre = "const float lse = __logf(st.y);" if log else "const float inv = 1.f / st.y;"
+    # Note [stores of whole sectors]: with ``halves`` a lane takes half packs (H, HO), each store whole sectors
+    n, w, pin, pout, src, take = ("NPL", "VEC", "P", "PO", "sp", "") if not p.get("halves") else (
+        "2 * NPL", "(VEC / 2)", "H", "HO", "sh", """
+      __syncwarp();  // with once, a lane reads halves that other lanes of the warp put back into the slot
+      const H* sh = reinterpret_cast<const H*>(sp);""")
     write = f"""
       const float m = st.x;
       {pre}
-      TO* yr = y + row * COLS;
+      TO* yr = y + row * COLS;{take}
 #pragma unroll
-      for (int i = 0; i < NPL; ++i) {{
-        const int col = c0 + wc + (i * 32 + lane) * VEC;
+      for (int i = 0; i < {n}; ++i) {{
+        const int col = c0 + wc + (i * 32 + lane) * {w};
         if (col < COLS) {{
-          const P p = sp[i * 32 + lane];
-          PO o;
+          const {pin} p = {src}[i * 32 + lane];
+          {pout} o;
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) o.v[j] = from_f<TO>({val});
-          stp<TO, VEC>(yr + col, o);
+          for (int j = 0; j < {w}; ++j) o.v[j] = from_f<TO>({val});
+          stp<TO, {w}>(yr + col, o);
         }}
       }}"""
     return _raw_header(card, p, relay_consts(p, card.sizes["cols"])) + RELAY_HELPERS + """
@@ -789,8 +832,9 @@ typedef MaxSum Op;
 __device__ __forceinline__ V ident() { return make_float2(-CUDART_INF_F, 0.f); }
 __device__ __forceinline__ float2 pack_stat(V v) { return v; }  // (max, sum of exp): the sum is >= 0
 __device__ __forceinline__ V unpack_stat(float2 f, int) { return f; }
-""" + relay_kernel("softmax_relay", p, "const T* __restrict__ x, TO* __restrict__ y", _relay_reduce(once),
-                   "\n          const float2 fin = a;", write, wrote_slot=once)
+""" + ("typedef Pack<T, VEC / 2> H;\ntypedef Pack<TO, VEC / 2> HO;\n" if p.get("halves") else "") + \
+        relay_kernel("softmax_relay", p, "const T* __restrict__ x, TO* __restrict__ y", _relay_reduce(once),
+                     "\n          const float2 fin = a;", write, wrote_slot=once)
 
 
 def _resident_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
