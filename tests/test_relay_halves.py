@@ -41,8 +41,8 @@ def test_halves_stores_16_bytes_a_lane_from_half_packs() -> None:
     card = _softcap()
     root = sm.root_params(card)
     src = sm.generate(card, root).source
-    assert "typedef Pack<T, VEC / 2> H;" in src and "stp<TO, (VEC / 2)>(yr + col, o);" in src
-    assert "const H p = sh[i * 32 + lane];" in src and "for (int i = 0; i < 2 * NPL; ++i)" in src
+    assert "reinterpret_cast<const Pack<T, VEC / 2>*>(sp)" in src and "stp<TO, (VEC / 2)>(yr + col, o);" in src
+    assert "const Pack<T, VEC / 2> p = sh[i * 32 + lane];" in src and "for (int i = 0; i < 2 * NPL; ++i)" in src
     assert "__syncwarp();  // with once" in src  # lanes read halves other lanes put back into the slot
     plain = sm.generate(card, {k: v for k, v in root.items() if k != "halves"}).source
     assert "stp<TO, VEC>(yr + col, o);" in plain and "VEC / 2" not in plain

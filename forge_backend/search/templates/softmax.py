@@ -754,7 +754,7 @@ def _relay_layout_ok(card: OperatorCard, vec: int) -> bool:
 # output pack of VEC elements is 32 bytes: a lane stores it as two 16-byte stores, and each store instruction of a
 # warp covers half of each of 32 sectors. Nsight Compute on the soft cap's relay counted 16 of every 32 bytes used per
 # stored sector (sixteenth session, results/h200/ncu/softcap_relay_once_f2f.txt: 49% excessive sectors). With knob
-# ``halves`` a lane's write takes half packs instead (``H``: VEC / 2 elements, an 8-byte shared load), so each store
+# ``halves`` a lane's write takes half packs instead (VEC / 2 elements, an 8-byte shared load), so each store
 # is 16 bytes and a warp's store covers 512 contiguous bytes (ncu/softcap_relay_halves.txt: 32 of 32 bytes a sector).
 # With ``once`` a lane then reads values other lanes of its warp put back into the slot, so the write starts with a
 # __syncwarp. It is the relay's default wherever its output packs are 32 bytes (``_wide_out``).
@@ -806,11 +806,11 @@ def _relay_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     x = "to_f" if once else "xv"
     val = f"{x}(p.v[j]) - m - lse" if log else f"__expf({x}(p.v[j]) - m) * inv"
     pre = "const float lse = __logf(st.y);" if log else "const float inv = 1.f / st.y;"
-    # Note [stores of whole sectors]: with ``halves`` a lane takes half packs (H, HO), each store whole sectors
+    # Note [stores of whole sectors]: with ``halves`` a lane takes half packs, each store whole sectors
     n, w, pin, pout, src, take = ("NPL", "VEC", "P", "PO", "sp", "") if not p.get("halves") else (
-        "2 * NPL", "(VEC / 2)", "H", "HO", "sh", """
+        "2 * NPL", "(VEC / 2)", "Pack<T, VEC / 2>", "Pack<TO, VEC / 2>", "sh", """
       __syncwarp();  // with once, a lane reads halves that other lanes of the warp put back into the slot
-      const H* sh = reinterpret_cast<const H*>(sp);""")
+      const Pack<T, VEC / 2>* sh = reinterpret_cast<const Pack<T, VEC / 2>*>(sp);""")
     write = f"""
       const float m = st.x;
       {pre}
@@ -832,9 +832,8 @@ typedef MaxSum Op;
 __device__ __forceinline__ V ident() { return make_float2(-CUDART_INF_F, 0.f); }
 __device__ __forceinline__ float2 pack_stat(V v) { return v; }  // (max, sum of exp): the sum is >= 0
 __device__ __forceinline__ V unpack_stat(float2 f, int) { return f; }
-""" + ("typedef Pack<T, VEC / 2> H;\ntypedef Pack<TO, VEC / 2> HO;\n" if p.get("halves") else "") + \
-        relay_kernel("softmax_relay", p, "const T* __restrict__ x, TO* __restrict__ y", _relay_reduce(once),
-                     "\n          const float2 fin = a;", write, wrote_slot=once)
+""" + relay_kernel("softmax_relay", p, "const T* __restrict__ x, TO* __restrict__ y", _relay_reduce(once),
+                   "\n          const float2 fin = a;", write, wrote_slot=once)
 
 
 def _resident_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
