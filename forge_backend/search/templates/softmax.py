@@ -259,6 +259,8 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         return False  # Note [a prologue evaluated once, into its slot]
     if "halves" in p and not (p["halves"] is True and s == "relay" and "regs" not in p and _wide_out(card, vec)):
         return False  # Note [stores of whole sectors]
+    if "exps" in p and not (p["exps"] is True and s == "relay" and _exps_ok(card, p)):
+        return False  # Note [exps kept in registers]
     if s == "resident":  # Note [a tensor held on chip whole]: the relay's layout, a fused prologue evaluated once
         return _relay_layout_ok(card, vec) and (not _fused(card) or _once_ok(card)) and \
             resident_valid(p, rows, cols, _relay_isz(card))
@@ -346,14 +348,57 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
     if p["strategy"] == "relay":
         own = {k: True for k in _RELAY_OWN if p.get(k)}  # the softmax's own knobs ride along
         acts += [(label, {**q, **own}) for label, q in relay_actions(_relay_knobs(p))]
-        acts += [flag_knob(p, k) for k in _RELAY_OWN]
+        acts += [flag_knob(p, k) for k in _RELAY_OWN if k != "exps"] + exps_knob(card, p)
     if p["strategy"] == "resident":
         acts += resident_actions(p)
     return filter_actions(card, p, acts, valid)
 
 
-_RELAY_OWN = ("once", "halves")  # the softmax's own knobs of the relay (Notes [a prologue evaluated once, into its
-# slot], [stores of whole sectors])
+_RELAY_OWN = ("once", "halves", "exps")  # the softmax's own knobs of the relay (Notes [a prologue evaluated once,
+# into its slot], [stores of whole sectors], [exps kept in registers])
+EXPS_REGS = 64  # fp32 registers a consumer lane may keep for its ring (Note [exps kept in registers])
+
+
+def _exps_rv(card: OperatorCard) -> int:
+    """Elements a lane reads and stores at once with knob exps: 16 bytes of the output."""
+    return 16 // ITEMSIZE[output_spec(card, 0).dtype]
+
+
+def _exps_ke(p: dict[str, Any]) -> int:
+    """Values a consumer lane keeps of one piece (KE)."""
+    return p["pe"] // (32 * p["nw"])
+
+
+def _exps_ok(card: OperatorCard, p: dict[str, Any]) -> bool:
+    """Knob exps (Note [exps kept in registers]): a softmax's joint relay without the knobs that put values back into
+    the slot or read it at the write, whose ring fits EXPS_REGS registers a lane."""
+    if card.op == "aten._log_softmax.default" or any(k in p for k in ("writers", "regs", "once", "halves")):
+        return False
+    if not isinstance(p.get("lag"), int):
+        return False
+    rv = _exps_rv(card)
+    return (rv <= p["vec"] and p["pe"] % (32 * p["nw"] * rv) == 0
+            and (p["lag"] + 1) * _exps_ke(p) <= EXPS_REGS)
+
+
+def exps_layout(card: OperatorCard, p: dict[str, Any]) -> dict[str, Any]:
+    """The joint relay ``p`` with knob exps (Note [exps kept in registers]): without once and halves, the lag cut
+    until the ring fits, and otherwise pieces halved (twice the slots in the same shared memory)."""
+    q = {k: v for k, v in p.items() if k not in ("once", "halves")} | {"exps": True}
+    for _ in range(3):
+        lag = EXPS_REGS // _exps_ke(q) - 1
+        if lag >= 1:
+            return {**q, "lag": min(q["lag"], lag)}
+        q = {**q, "pe": q["pe"] // 2, "k": q["k"] * 2}
+    return q
+
+
+def exps_knob(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Knob exps on (exps_layout, from a joint relay) or off (back to the card's defaults' once and halves)."""
+    if not p.get("exps"):
+        return [("exps False -> True", exps_layout(card, p))] if "lag" in p and "regs" not in p else []
+    own = {k: True for k in ("once", "halves") if defaults(card, "relay").get(k)}
+    return [("exps True -> False", {k: v for k, v in p.items() if k != "exps"} | own)]
 
 
 def _relay_knobs(p: dict[str, Any]) -> dict[str, Any]:
@@ -800,8 +845,65 @@ __device__ __forceinline__ __half narrow_to(float v, __half*) { return __ushort_
 __device__ __forceinline__ T narrow(float v) { return narrow_to(v, (T*)nullptr); }"""
 
 
+_RELAY_STAT = """
+typedef float2 V;
+typedef MaxSum Op;
+__device__ __forceinline__ V ident() { return make_float2(-CUDART_INF_F, 0.f); }
+__device__ __forceinline__ float2 pack_stat(V v) { return v; }  // (max, sum of exp): the sum is >= 0
+__device__ __forceinline__ V unpack_stat(float2 f, int) { return f; }
+"""
+
+_EXPS_REDUCE = """
+      const Pack<T, RV>* sv = reinterpret_cast<const Pack<T, RV>*>(sp);
+      float m = -CUDART_INF_F;
+#pragma unroll
+      for (int i = 0; i < NR; ++i)
+        if (c0 + wc + (i * 32 + lane) * RV < COLS) {
+          const Pack<T, RV> p = sv[i * 32 + lane];
+#pragma unroll
+          for (int j = 0; j < RV; ++j) {
+            ke[i * RV + j] = xv(p.v[j]);
+            m = fmaxf(m, ke[i * RV + j]);
+          }
+        }
+      m = group_all<32, 32>(m, Max(), (float*)nullptr);
+      float sum = 0.f;
+#pragma unroll
+      for (int i = 0; i < NR; ++i)
+        if (c0 + wc + (i * 32 + lane) * RV < COLS) {
+#pragma unroll
+          for (int j = 0; j < RV; ++j) {
+            ke[i * RV + j] = sexp(ke[i * RV + j], m);
+            sum += ke[i * RV + j];
+          }
+        }
+      sum = group_all<32, 32>(sum, Sum(), (float*)nullptr);
+      km = m;
+      const V v = make_float2(m, sum);"""
+
+_EXPS_WRITE = """
+      const float f = __expf(km - st.x) * (1.f / st.y);  // exp(x - row max) / sum = exp(x - km) * f
+      TO* yr = y + row * COLS;
+#pragma unroll
+      for (int i = 0; i < NR; ++i) {
+        const int col = c0 + wc + (i * 32 + lane) * RV;
+        if (col < COLS) {
+          Pack<TO, RV> o;
+#pragma unroll
+          for (int j = 0; j < RV; ++j) o.v[j] = from_f<TO>(ke[i * RV + j] * f);
+          stp<TO, RV>(yr + col, o);
+        }
+      }"""
+
+
 def _relay_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     """Note [rows relayed through global memory] (relay.py): a piece's (max, sum), combined with MaxSum."""
+    if p.get("exps"):  # Note [exps kept in registers]
+        rv = _exps_rv(card)
+        sizes = relay_consts(p, card.sizes["cols"]) | {"RV": rv, "KE": _exps_ke(p), "NR": _exps_ke(p) // rv}
+        return _raw_header(card, p, sizes) + RELAY_HELPERS + _RELAY_STAT + relay_kernel(
+            "softmax_relay", p, "const T* __restrict__ x, TO* __restrict__ y", _EXPS_REDUCE,
+            "\n          const float2 fin = a;", _EXPS_WRITE, kept=True)
     once = bool(p.get("once"))  # Note [a prologue evaluated once, into its slot]
     x = "to_f" if once else "xv"
     val = f"{x}(p.v[j]) - m - lse" if log else f"__expf({x}(p.v[j]) - m) * inv"
@@ -826,13 +928,7 @@ def _relay_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
           stp<TO, {w}>(yr + col, o);
         }}
       }}"""
-    return _raw_header(card, p, relay_consts(p, card.sizes["cols"])) + RELAY_HELPERS + """
-typedef float2 V;
-typedef MaxSum Op;
-__device__ __forceinline__ V ident() { return make_float2(-CUDART_INF_F, 0.f); }
-__device__ __forceinline__ float2 pack_stat(V v) { return v; }  // (max, sum of exp): the sum is >= 0
-__device__ __forceinline__ V unpack_stat(float2 f, int) { return f; }
-""" + relay_kernel("softmax_relay", p, "const T* __restrict__ x, TO* __restrict__ y", _relay_reduce(once),
+    return _raw_header(card, p, relay_consts(p, card.sizes["cols"])) + RELAY_HELPERS + _RELAY_STAT + relay_kernel("softmax_relay", p, "const T* __restrict__ x, TO* __restrict__ y", _relay_reduce(once),
                    "\n          const float2 fin = a;", write, wrote_slot=once)
 
 
