@@ -61,7 +61,6 @@ class Block:
     ring: int | None = None
     frees: bool | None = None
     slot_waits: bool | None = None
-    kept: int = 0  # Note [values kept in the consumers' registers]: the ring's size (LAG + 1), the slot freed early
     barriers: dict[str, list[Barrier]] = field(default_factory=dict)
     slot: dict[int, int] = field(default_factory=dict)
     wpart: dict[int, int] = field(default_factory=dict)
@@ -125,8 +124,7 @@ def _one_launch(blks: list[Block], ppr: int, lag: int | None, nc: int, rng: rand
             blk.slot[t % blk.k] = t
             blk.bar("full", t).arrive()
         agents += [loader(blk, ramp), publisher(blk, len(blks), scratch, launch, users, advance)]
-        agents += [(kept_consumers if blk.kept else consumers)(blk, lag)] if lag is not None else \
-            [reducers(blk), writers(blk)]
+        agents += [consumers(blk, lag)] if lag is not None else [reducers(blk), writers(blk)]
         agents += [resolver(blk, c, nc, len(blks), ppr, scratch, launch, users, advance) for c in range(nc)]
     live = [iter(a) for a in agents]
     while live:
@@ -214,24 +212,6 @@ def consumers(blk: Block, lag: int):
             yield from reduce_step(blk, t)
         if t >= lag:
             yield from write_step(blk, t - lag)
-
-
-def kept_consumers(blk: Block, lag: int):
-    """Knob ``kept`` (Note [values kept in the consumers' registers]): a consumer frees the slot right after its
-    reduce and writes LAG pieces later from its registers, reading only the statistic."""
-    held: dict[int, int] = {}
-    for t in range(blk.pieces + lag):
-        if t < blk.pieces:
-            yield from reduce_step(blk, t)
-            held[t % blk.kept] = t
-            blk.bar("empty", t).arrive()
-        if t >= lag:
-            u = t - lag
-            while not blk.wait("ready", u):
-                yield False
-            blk.check(blk.stat, u % blk.ring, u)
-            blk.check(held, u % blk.kept, u)
-            yield True
 
 
 def reducers(blk: Block):
@@ -442,25 +422,3 @@ def test_held_fails_without_each_of_its_changes(change: dict) -> None:
             held = {key: (k if v == "k" else v) for key, v in change.items()}
             seen |= {simulate(rows, ppr, blocks, k, None, nc, seed, regs=regs, **held) for seed in range(2)}
     assert seen - {"done"} and seen - {"done"} <= {"deadlock", "misread", "race"}, seen
-
-
-def test_values_kept_in_registers_run_every_allowed_setting_to_the_end() -> None:
-    """Note [values kept in the consumers' registers]: with the slot freed right after the reduce and the write
-    reading a ring of LAG + 1 entries, every setting the progress rule allows (up to four resolvers) runs to the end:
-    a warp writes piece u before it reduces u + K, and the resolver of u has passed its wait before that write."""
-    settings = ((blocks, rows, ppr, k, lag, nc) for blocks, rows, ppr, k, lag, nc in _cases())
-    checked = 0
-    for blocks, rows, ppr, k, lag, nc in settings:
-        if progress_ok(ppr, blocks, k, lag, nc):
-            checked += 1
-            for seed in range(2):
-                got = simulate(rows, ppr, blocks, k, lag, nc, seed, kept=lag + 1)
-                assert got == "done", (blocks, rows, ppr, k, lag, nc, seed, got)
-    assert checked > 300
-
-
-def test_a_ring_one_short_of_the_lag_overwrites_a_kept_piece() -> None:
-    """A ring of LAG entries: the reduce of piece u + LAG overwrites piece u's values before they are written."""
-    got = {simulate(2, 4, 3, 5, 2, 1, seed, kept=2) for seed in range(4)}
-    assert got == {"race"}
-    assert {simulate(2, 4, 3, 5, 2, 1, seed, kept=3) for seed in range(4)} == {"done"}

@@ -261,32 +261,6 @@ def test_relay_storing_whole_sectors_passes_the_verifier(case):
     check(card, {**base, **knobs})
 
 
-# Note [exps kept in registers] (softmax.py): the consumers keep exp(x - their max) in registers and free the slot after
-# the reduce: the soft cap with a short last piece and at Gemma's shape, the plain softmax in all three widths, the
-# sampling softmax's widening, two and three resolvers, and five pieces of a row in a block (538 pieces a row: a lag of
-# 5 over 4 values a lane)
-RELAY_EXPS = [
-    (tc.softmax_fused(SOFTCAP, [((3, 70000), "bfloat16")]), {"pe": 8192, "nw": 16, "nc": 1, "k": 6, "lag": 2}),
-    (tc.softmax_fused(SOFTCAP, [((1, 64, 262144), "bfloat16")]),
-     {"pe": 8192, "nw": 16, "nc": 1, "k": 10, "lag": 2, "ramp": 2}),
-    (tc.softmax((5, 33000), "bfloat16"), {"pe": 4096, "nw": 8, "nc": 2, "k": 4, "lag": 2}),
-    (tc.softmax((64, 262144), "bfloat16"), {"pe": 8192, "nw": 16, "nc": 1, "k": 12, "lag": 2, "ramp": 1}),
-    (tc.softmax((3, 70000), "float32"), {"pe": 8192, "nw": 16, "nc": 1, "k": 6, "lag": 1}),
-    (tc.softmax((7, 65536), "float16"), {"pe": 2048, "nw": 4, "nc": 3, "k": 5, "lag": 2}),
-    (tc.softmax_fused("to_float32(x0)", [((5, 40000), "bfloat16")]), {"pe": 4096, "nw": 8, "nc": 2, "k": 4, "lag": 2}),
-    (tc.softmax((2, 1100000), "float32"), {"pe": 2048, "nw": 16, "nc": 1, "k": 7, "lag": 5}),
-]
-
-
-@pytest.mark.parametrize("case", RELAY_EXPS, ids=lambda c: "x".join(map(str, c[0].inputs[0].spec.shape)) +
-                         f"-{c[0].inputs[0].spec.dtype}-pe{c[1]['pe']}-nc{c[1]['nc']}-lag{c[1]['lag']}-exps")
-def test_relay_keeping_exps_passes_the_verifier(case):
-    card, knobs = case
-    base = {key: v for key, v in family_for(card).defaults(card, "relay").items()
-            if key not in ("lag", "once", "halves", "ramp")}
-    check(card, {**base, **knobs, "exps": True})
-
-
 @pytest.mark.parametrize("case", RELAY, ids=lambda c: f"{c[0].op.removeprefix('aten.')}-" +
                          "x".join(map(str, c[0].inputs[0].spec.shape)) +
                          f"-{c[0].inputs[0].spec.dtype}-pe{c[1]['pe']}-nw{c[1]['nw']}")

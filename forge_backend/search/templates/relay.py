@@ -292,7 +292,7 @@ def relay_scratch(rows: str, ppr: int) -> dict[str, tuple[str, bool, bool]]:
 
 
 def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, resolve: str, write_piece: str,
-                 prefetch: str = "", wrote_slot: bool = False, kept: bool = False) -> str:
+                 prefetch: str = "", wrote_slot: bool = False) -> str:
     """The relay kernel ``name`` of layout ``p`` (see the Note): NW consumer warps, NC resolver warps, a loader and a
     publisher warp per block. The caller's header defines T, P (a pack of VEC T), COLS, VEC and ``relay_consts`` (NT:
     NW + NC + 2 warps); the partial type ``V`` with its combine ``Op`` and ``ident()``; and ``pack_stat(V) -> float2`` /
@@ -322,11 +322,7 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
 
     ``wrote_slot``: the consumers store into their share of the slot (Note [a prologue evaluated once, into its slot]
     in softmax.py), so before a slot is freed each lane orders its stores before the copy engine's next fill of it
-    (fence.proxy.async).
-
-    ``kept`` (Note [values kept in the consumers' registers]): a joint relay whose consumers keep what the write needs
-    in registers and free the slot as soon as they have reduced it; ``reduce_piece`` fills ``float ke[KE]`` and
-    ``float km``, and ``write_piece`` reads them (not the slot)."""
+    (fence.proxy.async)."""
     fence = '\n      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");' if wrote_slot else ""
     wait_row = """
         if (t > 0 && (blockIdx.x + t * NB) / PPR != (blockIdx.x + (t - 1) * NB) / PPR)
@@ -337,7 +333,6 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
         issue(t);
       }""" if "ramp" in p else "      for (long long t = 0; t < K && t < n; ++t) issue(t);"
     writers, consumers = (_writer_warps(reduce_piece, write_piece, prefetch, wrote_slot) if "writers" in p
-                          else ("", _kept_warps(reduce_piece, write_piece, prefetch)) if kept
                           else ("", _joint_warps(reduce_piece, write_piece, prefetch, fence)))
     h = held_parts("regs" in p)  # Note [pieces held in the writers' registers] in relay_held.py
     if "regs" in p:
@@ -479,50 +474,6 @@ def _joint_warps(reduce_piece: str, write_piece: str, prefetch: str, fence: str)
     }}
     if (t >= LAG) {{
       const long long u = t - LAG;{_write_step("u", write_piece, prefetch, fence, "warp == 0 && lane == 0")}
-    }}
-  }}
-"""
-
-
-# Note [values kept in the consumers' registers]
-# In the joint relay a consumer warp reads its share of a piece from the slot twice: to reduce it, and LAG pieces
-# later to write it, so the slot stays taken from its load until its write. With ``kept`` (knob ``exps`` of the
-# softmax, where the write needs only exp(x - the warp's max), Note [exps kept in registers] in softmax.py) each lane
-# keeps what the write needs in registers, a ring of LAG + 1 arrays ``ke`` indexed by the step modulo LAG + 1 (the
-# loop is unrolled LAG + 1 times, so every index is a constant and the ring stays in registers), and the warp frees
-# the slot (``empty``) right after its reduce. The write reads the row's statistic and the ring, never the slot.
-# ``stat`` and ``ready`` stay one entry a slot: a warp writes piece u before it reduces piece u + K (K > LAG), so
-# the resolver's statistic of u + K, which waits for that reduce, comes after every warp has read u's; and that
-# write waited for u's statistic, so ``reduced`` never runs a phase ahead of the wait of u's resolver. The loads only
-# wait for reduces now, never for a row, so the progress rule stands. tests/test_relay_protocol.py runs the model of
-# the warps with the slot freed after the reduce over every setting the rule allows (up to four resolvers), and
-# finds a ring of LAG entries overwriting a piece before its write.
-def _kept_warps(reduce_piece: str, write_piece: str, prefetch: str) -> str:
-    """The joint consumers with knob ``kept`` (Note [values kept in the consumers' registers])."""
-    write = f"""
-        const long long g = blockIdx.x + u * NB, row = g / PPR;
-        const int c0 = (int)(g - row * PPR) * PE, sl = (int)(u % K);{prefetch}
-        bar_wait(ready + sl, (unsigned)(u / K) & 1u);
-        const float2 st = stat[sl];{write_piece}
-        KF_TRACE(warp == 0 && lane == 0, 4, u);"""
-    return f"""  const int wc = warp * (PE / NW);  // this warp's columns of every piece: [wc, wc + PE / NW)
-  float ring[LAG + 1][KE];  // a lane's values of the pieces between their reduce and their write
-  float ringm[LAG + 1];  // the warp's max of each
-  for (long long t0 = 0; t0 < n + LAG; t0 += LAG + 1) {{
-#pragma unroll
-    for (int r = 0; r <= LAG; ++r) {{
-      const long long t = t0 + r;
-      if (t < n) {{
-        float (&ke)[KE] = ring[r];
-        float& km = ringm[r];{_reduce_step("t", reduce_piece)}
-        __syncwarp();  // every lane has read the slot
-        if (lane == 0) bar_arrive(empty + sl);
-      }}
-      if (t >= LAG && t < n + LAG) {{
-        const long long u = t - LAG;
-        const float (&ke)[KE] = ring[(r + 1) % (LAG + 1)];
-        const float km = ringm[(r + 1) % (LAG + 1)];{write}
-      }}
     }}
   }}
 """

@@ -259,8 +259,6 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         return False  # Note [a prologue evaluated once, into its slot]
     if "halves" in p and not (p["halves"] is True and s == "relay" and "regs" not in p and _wide_out(card, vec)):
         return False  # Note [stores of whole sectors]
-    if "exps" in p and not (p["exps"] is True and s == "relay" and _exps_ok(card, p)):
-        return False  # Note [exps kept in registers]
     if s == "resident":  # Note [a tensor held on chip whole]: the relay's layout, a fused prologue evaluated once
         return _relay_layout_ok(card, vec) and (not _fused(card) or _once_ok(card)) and \
             resident_valid(p, rows, cols, _relay_isz(card))
@@ -348,57 +346,14 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
     if p["strategy"] == "relay":
         own = {k: True for k in _RELAY_OWN if p.get(k)}  # the softmax's own knobs ride along
         acts += [(label, {**q, **own}) for label, q in relay_actions(_relay_knobs(p))]
-        acts += [flag_knob(p, k) for k in _RELAY_OWN if k != "exps"] + exps_knob(card, p)
+        acts += [flag_knob(p, k) for k in _RELAY_OWN]
     if p["strategy"] == "resident":
         acts += resident_actions(p)
     return filter_actions(card, p, acts, valid)
 
 
-_RELAY_OWN = ("once", "halves", "exps")  # the softmax's own knobs of the relay (Notes [a prologue evaluated once,
-# into its slot], [stores of whole sectors], [exps kept in registers])
-EXPS_REGS = 64  # fp32 registers a consumer lane may keep for its ring (Note [exps kept in registers])
-
-
-def _exps_rv(card: OperatorCard) -> int:
-    """Elements a lane reads and stores at once with knob exps: 16 bytes of the output."""
-    return 16 // ITEMSIZE[output_spec(card, 0).dtype]
-
-
-def _exps_ke(p: dict[str, Any]) -> int:
-    """Values a consumer lane keeps of one piece (KE)."""
-    return p["pe"] // (32 * p["nw"])
-
-
-def _exps_ok(card: OperatorCard, p: dict[str, Any]) -> bool:
-    """Knob exps (Note [exps kept in registers]): a softmax's joint relay without the knobs that put values back into
-    the slot or read it at the write, whose ring fits EXPS_REGS registers a lane."""
-    if card.op == "aten._log_softmax.default" or any(k in p for k in ("writers", "regs", "once", "halves")):
-        return False
-    if not isinstance(p.get("lag"), int):
-        return False
-    rv = _exps_rv(card)
-    return (rv <= p["vec"] and p["pe"] % (32 * p["nw"] * rv) == 0
-            and (p["lag"] + 1) * _exps_ke(p) <= EXPS_REGS)
-
-
-def exps_layout(card: OperatorCard, p: dict[str, Any]) -> dict[str, Any]:
-    """The joint relay ``p`` with knob exps (Note [exps kept in registers]): without once and halves, the lag cut
-    until the ring fits, and otherwise pieces halved (twice the slots in the same shared memory)."""
-    q = {k: v for k, v in p.items() if k not in ("once", "halves")} | {"exps": True}
-    for _ in range(3):
-        lag = EXPS_REGS // _exps_ke(q) - 1
-        if lag >= 1:
-            return {**q, "lag": min(q["lag"], lag)}
-        q = {**q, "pe": q["pe"] // 2, "k": q["k"] * 2}
-    return q
-
-
-def exps_knob(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """Knob exps on (exps_layout, from a joint relay) or off (back to the card's defaults' once and halves)."""
-    if not p.get("exps"):
-        return [("exps False -> True", exps_layout(card, p))] if "lag" in p and "regs" not in p else []
-    own = {k: True for k in ("once", "halves") if defaults(card, "relay").get(k)}
-    return [("exps True -> False", {k: v for k, v in p.items() if k != "exps"} | own)]
+_RELAY_OWN = ("once", "halves")  # the softmax's own knobs of the relay (Notes [a prologue evaluated once, into its
+# slot], [stores of whole sectors])
 
 
 def _relay_knobs(p: dict[str, Any]) -> dict[str, Any]:
@@ -819,6 +774,23 @@ def _relay_layout_ok(card: OperatorCard, vec: int) -> bool:
 #   fp32 group norms ([1,512,128,128] 22.8-26.4 against 20.2-20.6).
 
 
+# Note [exps kept in registers: measured, not kept]
+# The soft cap's relay takes 1.1 us a 16 KB piece while its consumers only reduce and 1.6-1.8 us once they also write
+# (Note [stores of whole sectors]), and the write reads each value back from the slot and takes its exp a second
+# time. Knob ``exps`` (trial commit 2739f3a, reverted in the commit after it) had each consumer lane keep exp(x - its
+# warp's max), the values the reduce's sum adds, in a register ring of LAG + 1 pieces (the loop unrolled LAG + 1
+# times, so every index is a constant), free the slot right after the reduce, and write exp(x - warp max) * exp(warp
+# max - row max) / sum: one product an element, no shared-memory read, 16 bytes of output a store. The CPU model of
+# the warps ran every setting the progress rule allows with the slot freed early, and eight GPU verifier cases
+# passed. Measured (twenty-eighth session, results/h200/probe_session28_exps.md, each table one run, the roots first
+# and last): no card gained. The ring's registers cap the lag (64 values a lane: a lag of 3 at 16 KB pieces, 7 at 8
+# KB), and the lag is what the pipeline needs: the soft cap 32.5 and 34.3 us at a lag of 2 (the same layout twice),
+# 33.7-33.8 at 3, 36.0-36.4 in 8 KB pieces, 40.0 at 1, against the root's 32.7-33.0; the sampling softmax 31.0-31.8
+# against 29.4-31.0; the bf16 softmax 25.0-25.9 against 23.1-23.9; fp32 37.2 against 35.8-36.0. So a block's
+# consumers are not bound by the write's arithmetic or its shared-memory reads; the unrolled ring also made the
+# kernel 1.6-2x the SASS (2,560-3,160 instructions against the root's 1,584).
+
+
 def _raw_header(card: OperatorCard, p: dict[str, Any], sizes: dict[str, int]) -> str:
     """``_header`` with T the element as it is in memory (the relay's and the resident kernel's), and
     ``xv(T) -> float``: the softmax's input (Note [a prologue run from the relay's slots] for a fused card)."""
@@ -845,65 +817,8 @@ __device__ __forceinline__ __half narrow_to(float v, __half*) { return __ushort_
 __device__ __forceinline__ T narrow(float v) { return narrow_to(v, (T*)nullptr); }"""
 
 
-_RELAY_STAT = """
-typedef float2 V;
-typedef MaxSum Op;
-__device__ __forceinline__ V ident() { return make_float2(-CUDART_INF_F, 0.f); }
-__device__ __forceinline__ float2 pack_stat(V v) { return v; }  // (max, sum of exp): the sum is >= 0
-__device__ __forceinline__ V unpack_stat(float2 f, int) { return f; }
-"""
-
-_EXPS_REDUCE = """
-      const Pack<T, RV>* sv = reinterpret_cast<const Pack<T, RV>*>(sp);
-      float m = -CUDART_INF_F;
-#pragma unroll
-      for (int i = 0; i < NR; ++i)
-        if (c0 + wc + (i * 32 + lane) * RV < COLS) {
-          const Pack<T, RV> p = sv[i * 32 + lane];
-#pragma unroll
-          for (int j = 0; j < RV; ++j) {
-            ke[i * RV + j] = xv(p.v[j]);
-            m = fmaxf(m, ke[i * RV + j]);
-          }
-        }
-      m = group_all<32, 32>(m, Max(), (float*)nullptr);
-      float sum = 0.f;
-#pragma unroll
-      for (int i = 0; i < NR; ++i)
-        if (c0 + wc + (i * 32 + lane) * RV < COLS) {
-#pragma unroll
-          for (int j = 0; j < RV; ++j) {
-            ke[i * RV + j] = sexp(ke[i * RV + j], m);
-            sum += ke[i * RV + j];
-          }
-        }
-      sum = group_all<32, 32>(sum, Sum(), (float*)nullptr);
-      km = m;
-      const V v = make_float2(m, sum);"""
-
-_EXPS_WRITE = """
-      const float f = __expf(km - st.x) * (1.f / st.y);  // exp(x - row max) / sum = exp(x - km) * f
-      TO* yr = y + row * COLS;
-#pragma unroll
-      for (int i = 0; i < NR; ++i) {
-        const int col = c0 + wc + (i * 32 + lane) * RV;
-        if (col < COLS) {
-          Pack<TO, RV> o;
-#pragma unroll
-          for (int j = 0; j < RV; ++j) o.v[j] = from_f<TO>(ke[i * RV + j] * f);
-          stp<TO, RV>(yr + col, o);
-        }
-      }"""
-
-
 def _relay_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     """Note [rows relayed through global memory] (relay.py): a piece's (max, sum), combined with MaxSum."""
-    if p.get("exps"):  # Note [exps kept in registers]
-        rv = _exps_rv(card)
-        sizes = relay_consts(p, card.sizes["cols"]) | {"RV": rv, "KE": _exps_ke(p), "NR": _exps_ke(p) // rv}
-        return _raw_header(card, p, sizes) + RELAY_HELPERS + _RELAY_STAT + relay_kernel(
-            "softmax_relay", p, "const T* __restrict__ x, TO* __restrict__ y", _EXPS_REDUCE,
-            "\n          const float2 fin = a;", _EXPS_WRITE, kept=True)
     once = bool(p.get("once"))  # Note [a prologue evaluated once, into its slot]
     x = "to_f" if once else "xv"
     val = f"{x}(p.v[j]) - m - lse" if log else f"__expf({x}(p.v[j]) - m) * inv"
@@ -928,7 +843,13 @@ def _relay_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
           stp<TO, {w}>(yr + col, o);
         }}
       }}"""
-    return _raw_header(card, p, relay_consts(p, card.sizes["cols"])) + RELAY_HELPERS + _RELAY_STAT + relay_kernel("softmax_relay", p, "const T* __restrict__ x, TO* __restrict__ y", _relay_reduce(once),
+    return _raw_header(card, p, relay_consts(p, card.sizes["cols"])) + RELAY_HELPERS + """
+typedef float2 V;
+typedef MaxSum Op;
+__device__ __forceinline__ V ident() { return make_float2(-CUDART_INF_F, 0.f); }
+__device__ __forceinline__ float2 pack_stat(V v) { return v; }  // (max, sum of exp): the sum is >= 0
+__device__ __forceinline__ V unpack_stat(float2 f, int) { return f; }
+""" + relay_kernel("softmax_relay", p, "const T* __restrict__ x, TO* __restrict__ y", _relay_reduce(once),
                    "\n          const float2 fin = a;", write, wrote_slot=once)
 
 
