@@ -185,3 +185,79 @@ def test_bands_is_valid_where_its_note_says():
                                                                                    if k != "bfirst"}
     assert acts["strategy bands -> flat"] == conv.defaults(qwen, "flat")
     assert dict(conv.actions(qwen, conv.defaults(qwen, "flat")))["strategy flat -> bands"] == p
+
+
+def _walk(ntiles: int, grid: int, nct: int, nbands: int, bfirst: bool) -> list[tuple[int, int, int]]:
+    """Note [bands walked by resident blocks]: the (channel tile, band, sample) each block takes, in the kernel's
+    arithmetic (``_TILE_OF``), block by block."""
+    out = []
+    for b in range(grid):
+        for tile in range(b, ntiles, grid):
+            if bfirst:
+                q = tile // nbands
+                out.append((q % nct, tile % nbands, q // nct))
+            else:
+                q = tile // nct
+                out.append((tile % nct, q % nbands, q // nbands))
+    return out
+
+
+@pytest.mark.parametrize("bfirst", [True, False])
+@pytest.mark.parametrize("nct,nbands,n,grid", [(256, 9, 1, 528), (128, 5, 1, 264), (64, 4, 2, 396), (7, 3, 3, 5)])
+def test_persistent_blocks_take_every_tile_once(bfirst, nct, nbands, n, grid):
+    taken = _walk(nct * nbands * n, grid, nct, nbands, bfirst)
+    assert len(taken) == nct * nbands * n
+    assert set(taken) == {(c, t, s) for c in range(nct) for t in range(nbands) for s in range(n)}
+    # the order of the grid it replaces: a block's next tile is gridDim.x tiles on
+    first = _walk(nct * nbands * n, 1, nct, nbands, bfirst)
+    assert first[:2] == ([(0, 0, 0), (0, 1, 0)] if bfirst else [(0, 0, 0), (1, 0, 0)])
+
+
+def test_persist_is_valid_up_to_the_blocks_that_fit_and_compiles():
+    qwen = tc.causal_conv1d(8192, 2048)
+    p = conv.root_params(qwen)
+    assert conv_bands.tiles(qwen, p) == 2304 and conv_bands.min_blocks(qwen, p) == 4
+    for persist in (1, 2, 3, 4):
+        q = {**p, "persist": persist}
+        assert conv.valid(qwen, q)
+        cand = conv.generate(qwen, q)
+        assert cand.launches[0].grid == (132 * persist, 1, 1)
+        src = cand.source
+        assert "for (long long tile = blockIdx.x; tile < NTILES; tile += gridDim.x) {" in src
+        assert "NCT = 256, NBANDS = 9, NTILES = 2304LL" in src and "blockIdx.y" not in src
+    assert not any(conv.valid(qwen, {**p, "persist": v}) for v in (0, 5, True, 2.0))
+    small = tc.causal_conv1d(128, 131, batch=2)  # 24 tiles: fewer than one block an SM
+    assert not conv.valid(small, {**conv.root_params(small), "persist": 1})
+    acts = dict(conv.actions(qwen, p))
+    assert acts["persist None -> 4"] == {**p, "persist": 4}
+    on = dict(conv.actions(qwen, {**p, "persist": 4}))
+    assert on["persist off"] == p and on["persist 4 -> 3"] == {**p, "persist": 3} and "persist 4 -> 5" not in on
+    assert_valid_and_compile([(qwen, {**p, "persist": 4}), (qwen, {**p, "persist": 2, "join": True}),
+                              (qwen, {k: v for k, v in p.items() if k != "bfirst"} | {"persist": 3}),
+                              (tc.causal_conv1d(1024, 250, k=3, dtype="float32", bias=True, batch=2),
+                               {"strategy": "bands", "g": 16, "lt": 64, "block": 128, "ld": 4, "vec": 4,
+                                "persist": 3})])
+
+
+def test_ahead_loads_the_next_tile_before_this_one_computes():
+    """Note [the next tile's loads ahead]: a walk of one batch of loads a tile, not with join; the loads of the first
+    tile before the walk, of the next one after the fill's barrier; no spill at the register bound of four blocks."""
+    from forge_backend.runtime.nvrtc import BASE_OPTIONS, compile_source
+
+    qwen = tc.causal_conv1d(8192, 2048)
+    p = {**conv.root_params(qwen), "persist": 4}
+    assert conv_bands.batches(qwen, p) == 1 and conv.valid(qwen, {**p, "ahead": True})
+    assert not conv.valid(qwen, {**conv.root_params(qwen), "ahead": True})  # no walk
+    assert not conv.valid(qwen, {**p, "ahead": True, "join": True}) and not conv.valid(qwen, {**p, "ahead": False})
+    assert conv_bands.batches(qwen, {**p, "ld": 2}) == 3 and not conv.valid(qwen, {**p, "ld": 2, "ahead": True})
+    src = conv.generate(qwen, {**p, "ahead": True}).source
+    walk = src.index("for (long long tile = blockIdx.x;")
+    assert src.index("const long long tl = blockIdx.x;") < walk  # the first tile's loads
+    fill = src.index("xv[u] = nx[u];  // loaded ahead", walk)
+    assert fill < src.index("const long long tl = tile + gridDim.x;") < src.index("TO* const yb", fill)
+    assert "xv[u] = *reinterpret_cast" not in src  # every window load goes through nx
+    assert dict(conv.actions(qwen, p))["ahead False -> True"] == {**p, "ahead": True}
+    for q in ({**p, "ahead": True}, {**p, "persist": 2, "ahead": True},
+              {k: v for k, v in p.items() if k != "bfirst"} | {"ahead": True}):
+        log = str(compile_source(conv.generate(qwen, q).source, options=BASE_OPTIONS + ("-Xptxas=-v",)).log)
+        assert " 0 bytes spill stores" in log, log
