@@ -4,12 +4,11 @@ aligned 16-byte vectors. templates/conv.py dispatches to it; this module holds i
 """
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
-from .common import (ITEMSIZE, PREAMBLE, SMEM_LIMIT, SMS, align_of, cdiv, consts, flag_knob, input_spec, knob, launch,
+from .common import (ITEMSIZE, PREAMBLE, SMEM_LIMIT, align_of, cdiv, consts, flag_knob, input_spec, launch,
                      make_candidate, output_spec, scale_knob, typedefs)
 from .conv_shared import STORE16, blocks_per_sm, channels_fast, contiguous_output, conv_params, dims, weights_bytes
 
@@ -70,7 +69,17 @@ from .conv_shared import STORE16, blocks_per_sm, channels_fast, contiguous_outpu
 # at 64 bytes over bands of 256 and 22.4 at 128 bytes over bands of 128, against 22.8-23.0 us with the channel tiles
 # first. The root runs bands first.
 
-BANDS_KEYS = frozenset({"strategy", "g", "lt", "block", "ld", "vec", "bfirst", "join", "persist", "ahead"})
+# Note [bands walked by resident blocks: measured, not kept]
+# The root's grid is one block a tile, 2,304 tiles at Qwen's conv with 528 resident at once (four an SM): 4.4 waves.
+# Knob ``persist`` (trial commit b6a9b86, reverted in the commit after it) launched P blocks an SM that walked the
+# tiles in the grid's order, a barrier between tiles, and knob ``ahead`` issued each next tile's window loads into
+# registers before this tile's compute and stores. Both passed the GPU verifier (seven cases). Measured (twenty-eighth
+# session, results/h200/probe_session28_conv_persist.md, one run, the root first and last): every walk lost, four
+# blocks an SM 24.4 us twice against the root's 21.9-22.0, with the loads ahead 23.2-23.3, three or two blocks
+# 24.4-26.3, 64 channels over bands of 128 with the loads ahead 22.1. The hardware's block scheduler, which starts a
+# block wherever one ends, balances the waves better than a fixed walk.
+
+BANDS_KEYS = frozenset({"strategy", "g", "lt", "block", "ld", "vec", "bfirst", "join"})
 
 
 def bands(card: OperatorCard, p: dict[str, Any]) -> int:
@@ -133,37 +142,13 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         return False
     if p.get("join") not in (None, True) or (p.get("join") and dims(card)[3] < vec):
         return False  # Note [a row's first vector whole]: a row's first vector must not reach its end
-    if "persist" in p and not (type(p["persist"]) is int and 1 <= p["persist"] <= min_blocks(card, p)
-                               and SMS * p["persist"] < tiles(card, p)):
-        return False  # Note [bands walked by resident blocks]: blocks that fit on an SM at once, fewer than the tiles
-    if p.get("ahead") not in (None, True) or (p.get("ahead") and ("persist" not in p or p.get("join")
-                                                                  or batches(card, p) != 1)):
-        return False  # Note [the next tile's loads ahead]: a walk whose tile loads in one batch (not with join)
     return smem_bytes(card, p) <= SMEM_LIMIT and c // g < 2**31 and \
         (bands(card, p) if not p.get("bfirst") else c // g) <= 65535 and n <= 65535
 
 
-def batches(card: OperatorCard, p: dict[str, Any]) -> int:
-    """NBATCH: the batches of PER loads a thread's share of the window takes."""
-    wstep = p["block"] // (p["g"] // p["vec"])
-    return cdiv(cdiv(window(card, p), wstep), p["ld"])
-
-
-def tiles(card: OperatorCard, p: dict[str, Any]) -> int:
-    """The grid's blocks without knob persist: channel tiles x bands x samples."""
-    n, c = dims(card)[:2]
-    return (c // p["g"]) * bands(card, p) * n
-
-
 def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    acts = scale_knob(p, "g") + scale_knob(p, "lt") + scale_knob(p, "block") + scale_knob(p, "ld") + \
+    return scale_knob(p, "g") + scale_knob(p, "lt") + scale_knob(p, "block") + scale_knob(p, "ld") + \
         [flag_knob(p, "bfirst"), flag_knob(p, "join")]
-    if "persist" in p:  # Note [bands walked by resident blocks]
-        acts += [("persist off", {k: v for k, v in p.items() if k not in ("persist", "ahead")})] + \
-            [knob(p, "persist", p["persist"] + d) for d in (-1, 1)] + [flag_knob(p, "ahead")]
-    else:
-        acts.append(knob(p, "persist", min_blocks(card, p)))
-    return acts
 
 
 KERNEL = r"""
@@ -325,90 +310,9 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
 constexpr long long XS0 = {x.stride[0]}LL, XS2 = {x.stride[2]}LL;
 typedef {"unsigned short" if ITEMSIZE[x.dtype] == 2 else "unsigned"} Bits;  // an input element's bits
 """
-    kernel = KERNEL.replace("PARAMS", params).replace("BIAS_PTR", "b" if has_bias else "w")
-    if "persist" in p:  # Note [bands walked by resident blocks]
-        kernel = _persistent(kernel, c // g, bands(card, p), bool(p.get("bfirst")), tiles(card, p),
-                             bool(p.get("ahead")))
-    source = head + STORE16 + kernel
+    source = head + STORE16 + KERNEL.replace("PARAMS", params).replace("BIAS_PTR", "b" if has_bias else "w")
     desc = f"depthwise conv1d k={k} bands g={g} lt={lt} block={block} ld={p['ld']} (input channels-fast) vec={vec}" + \
         (" bands first" if p.get("bfirst") else "") + (" rows joined" if p.get("join") else "")
     grid = (bands(card, p), c // g, n) if p.get("bfirst") else (c // g, bands(card, p), n)
-    if "persist" in p:
-        grid = (SMS * p["persist"], 1, 1)
-        desc += f" walked by {p['persist']} blocks an SM" + (", loads a tile ahead" if p.get("ahead") else "")
     return make_candidate(source, [launch("dwconv1d_bands", grid, block, args, smem=smem_bytes(card, p))],
                           desc, p, align_of(vec, [x]))
-
-
-# Note [bands walked by resident blocks]
-# The bands grid is one block a tile (G channels, a band, a sample): Qwen's conv has 2,112 tiles, of which about 480
-# are resident at once (3.6 blocks an SM), so the grid runs as 4.4 waves and its last one leaves most SMs without
-# work while it ends. With knob ``persist`` = P the grid is P blocks an SM (no more than fit at once), and each block
-# walks the tiles blockIdx.x, blockIdx.x + gridDim.x, ... in the grid's own order, with a barrier between tiles (the
-# next tile's weights and rows go where the last one's are read).
-_TILE_OF = {
-    True: """  const long long q = tile / NBANDS;  // Note [bands walked by resident blocks]: bands fastest
-  const int c0 = (int)(q % NCT) * G, t = (int)(tile % NBANDS);
-  const long long n = q / NCT;""",
-    False: """  const long long q = tile / NCT;  // Note [bands walked by resident blocks]: channel tiles fastest
-  const int c0 = (int)(tile % NCT) * G, t = (int)(q % NBANDS);
-  const long long n = q / NBANDS;""",
-}
-
-
-def _persistent(kernel: str, nct: int, nbands: int, bfirst: bool, ntiles: int, ahead: bool) -> str:
-    """KERNEL with its body in a loop over tiles (Note [bands walked by resident blocks]); ``ahead``: each tile's
-    loads issued before the last tile's compute (Note [the next tile's loads ahead])."""
-    own = """  const int c0 = (BFIRST ? blockIdx.y : blockIdx.x) * G, t = BFIRST ? blockIdx.x : blockIdx.y;  // Note [bands first]
-  const long long n = blockIdx.z;"""
-    assert own in kernel and kernel.rstrip().endswith("}")
-    loop = (f"  constexpr long long NCT = {nct}, NBANDS = {nbands}, NTILES = {ntiles}LL;\n" +
-            ("  uint4 nx[PER];  // Note [the next tile's loads ahead]\n" + _ahead_loads("blockIdx.x", bfirst)
-             if ahead else "") +
-            "  for (long long tile = blockIdx.x; tile < NTILES; tile += gridDim.x) {\n" + _TILE_OF[bfirst])
-    body = kernel.replace(own, loop)
-    if ahead:
-        loads = """    uint4 xv[PER];
-#pragma unroll
-    for (int u = 0; u < PER; ++u) {
-      const int r = bt * PER + u, pos = p0 + r * WSTEP;
-      xv[u] = make_uint4(0u, 0u, 0u, 0u);
-      if ((EXACT || w0 + r * WSTEP < NW) && pos >= 0 && pos < LIN)
-        xv[u] = *reinterpret_cast<const uint4*>(xt + (long long)r * WSTEP * XS2);
-    }"""
-        sync = "  __syncthreads();\n  TO* const yb"
-        assert loads in body and body.count(sync) == 1
-        body = body.replace(loads, """    uint4 xv[PER];
-#pragma unroll
-    for (int u = 0; u < PER; ++u) xv[u] = nx[u];  // loaded ahead""")
-        body = body.replace(sync, "  __syncthreads();\n" + _ahead_loads("tile + gridDim.x", bfirst) + "  TO* const yb")
-    body = body.rstrip()
-    return body[:-1] + "  __syncthreads();  // the next tile's weights and rows go where this one's are read\n  }\n}\n"
-
-
-def _ahead_loads(tile: str, bfirst: bool) -> str:
-    """The window's loads of tile ``tile`` into ``nx`` (Note [the next tile's loads ahead]): one batch, none past the
-    last tile."""
-    decode = re.sub(r"\btile\b", "tl", _TILE_OF[bfirst].split("  //")[0] + "\n" + _TILE_OF[bfirst].split("\n", 1)[1])
-    decode = re.sub(r"\b(q|c0|t|n)\b(?= [=%/])", r"\1_", decode)
-    return f"""  {{
-    const long long tl = {tile};
-{decode.rstrip().replace("  const", "    const")}
-    const int vv_ = threadIdx.x % NVG, w0_ = threadIdx.x / NVG, p0_ = t_ * LT - (VEC - 1) - PAD + w0_;
-    const T* const xt_ = x + n_ * XS0 + c0_ + vv_ * VEC + (long long)p0_ * XS2;
-#pragma unroll
-    for (int u = 0; u < PER; ++u) {{
-      const int pos = p0_ + u * WSTEP;
-      nx[u] = make_uint4(0u, 0u, 0u, 0u);
-      if (tl < NTILES && (EXACT || w0_ + u * WSTEP < NW) && pos >= 0 && pos < LIN)
-        nx[u] = *reinterpret_cast<const uint4*>(xt_ + (long long)u * WSTEP * XS2);
-    }}
-  }}
-"""
-
-
-# Note [the next tile's loads ahead]
-# In the walk above a block still loads a tile's window, fills its rows, then computes and stores them: its loads and
-# stores alternate. With knob ``ahead`` (a walk whose window loads in one batch) each thread issues the next tile's
-# loads into registers right after this tile's rows are filled, so they travel while this tile computes and stores;
-# the next iteration fills its rows from those registers.
