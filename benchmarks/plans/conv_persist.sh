@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Knobs persist and ahead were reverted after this run (trial commit b6a9b86): their params are no longer valid on later code.
-# Knobs persist and ahead of the conv's bands (Notes [bands walked by resident blocks], [the next tile's loads ahead]
+# Knobs persist and ahead were reverted after this run (trial commit b6a9b86): their params are no longer valid on
+# later code. Knobs persist and ahead of the conv's bands (Note [bands walked by resident blocks: measured, not kept]
 # in conv_bands.py): the grid as P blocks an SM walking the tiles, with and without the next tile's loads issued
 # ahead, against the root (first and last). Run on the device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/conv_persist.sh    -> $OUT/probe_conv_persist.json/.log

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Knob exps was reverted after these runs (trial commit 2739f3a): its params are no longer valid on later code.
-# Knob exps (Note [exps kept in registers] in softmax.py): the consumers keep exp(x - their max) in registers and free
-# the slot after the reduce. The soft cap, the plain softmaxes of [64,262144] and the sampling softmax, each root
-# first and last. Run on the device after `benchmarks/run_device.sh setup`:
+# Knob exps (Note [exps kept in registers: measured, not kept] in softmax.py): the consumers keep exp(x - their
+# max) in registers and free the slot after the reduce. The soft cap, the plain softmaxes of [64,262144] and the
+# sampling softmax, each root first and last. Run on the device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/exps.sh   -> $OUT/probe_exps.json, .log
 . benchmarks/plans/common.sh
 R="strategy=relay,vec=8,pe=8192,nw=16,nc=1,k=10,lag=4,ramp=2,once=true,halves=true"
