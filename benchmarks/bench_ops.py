@@ -28,7 +28,8 @@ from harness import environment, log, name_matches, write_results  # noqa: E402
 from rows import ROWS, SEED_ROWS  # noqa: E402
 
 OPS_COLUMNS = ["op", "shape", "dtype", "eager_us", "inductor_us", "kforge_us", "floor_us", "pct_bw", "copy_us",
-               "pct_copy", "speedup_vs_eager", "speedup_vs_inductor", "iterations_to_best", "search_s", "replaced"]
+               "pct_copy", "speedup_vs_eager", "speedup_vs_inductor", "iterations_to_best", "search_s", "replaced",
+               "inductor_kernel_us", "kforge_kernel_us", "copy_kernel_us", "pct_bw_kernel"]
 FIRST_COLUMNS = ["op", "shape", "dtype", "eager_us", "kforge_us", "floor_us", "pct_bw", "speedup_vs_eager"]
 TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 3e-2}
 
@@ -57,7 +58,7 @@ def kforge_options(iterations: int, cache_dir: Path) -> dict:
 def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device,
               trees_dir: Path) -> tuple[dict, list[dict]]:
     from forge_backend.backend import make_backend
-    from forge_backend.measure import time_copy
+    from forge_backend.measure import copy_call
     from forge_backend.store.local import LocalStore
 
     fn, inputs = row.build(device)
@@ -65,12 +66,16 @@ def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device,
         expected = fn(*inputs)
         moved = _nbytes(inputs) + _nbytes(expected)
         floor = moved / (bw * 1e3)
-        copy = time_copy(timer, moved)  # Note [a copy of the same bytes]
+        copier = copy_call(device, moved)
+        copy = timer.time(copier).median_us  # Note [a copy of the same bytes]
+        copy_kernel = timer.kernel_time(copier).median_us  # Note [kernel time beside event time]
+        del copier
         eager = timer.time(lambda: fn(*inputs)).median_us
         torch._dynamo.reset()
         ind = torch.compile(fn)
         ind(*inputs)
         inductor = timer.time(lambda: ind(*inputs)).median_us
+        inductor_kernel = timer.kernel_time(lambda: ind(*inputs)).median_us
         torch._dynamo.reset()
         reports = []
         kf = torch.compile(fn, backend=make_backend(on_report=reports.append),
@@ -81,6 +86,7 @@ def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device,
         for g, e in zip(_tensors(got), _tensors(expected), strict=True):
             torch.testing.assert_close(g.float(), e.float(), rtol=TOL[row.dtype], atol=TOL[row.dtype])
         kforge = timer.time(lambda: kf(*inputs)).median_us
+        kforge_kernel = timer.kernel_time(lambda: kf(*inputs)).median_us
     replaced = [op for r in reports for op, _, _ in r.replaced]
     store = LocalStore(cache_dir)
     for key in store.searches():
@@ -110,7 +116,9 @@ def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device,
            "speedup_vs_eager": eager / kforge,
            "speedup_vs_inductor": inductor / kforge, "iterations_to_best": its[0] if len(its) == 1 else its,
            "search_s": search_s, "replaced": ",".join(o.removeprefix("aten.") for o in replaced) or "none",
-           "iterations": iterations, "winner": "; ".join(w for w in winners if w)}
+           "iterations": iterations, "winner": "; ".join(w for w in winners if w),
+           "inductor_kernel_us": inductor_kernel, "kforge_kernel_us": kforge_kernel, "copy_kernel_us": copy_kernel,
+           "pct_bw_kernel": 100.0 * floor / kforge_kernel}
     return out, firsts
 
 
@@ -243,8 +251,9 @@ def main() -> None:
         firsts += f
         log(f"{row.name}: eager {r['eager_us']:.1f} ind {r['inductor_us']:.1f} kforge {r['kforge_us']:.1f} "
             f"floor {r['floor_us']:.1f} ({r['pct_bw']:.0f}% bw; a copy of its bytes {r['copy_us']:.1f}), "
-            f"{r['speedup_vs_eager']:.2f}x eager, "
-            f"{r['speedup_vs_inductor']:.2f}x ind) search {r['search_s']:.1f}s [{r['replaced']}]")
+            f"{r['speedup_vs_eager']:.2f}x eager, {r['speedup_vs_inductor']:.2f}x ind; by kernel time kforge "
+            f"{r['kforge_kernel_us']:.1f} ({r['pct_bw_kernel']:.0f}% bw) ind {r['inductor_kernel_us']:.1f} copy "
+            f"{r['copy_kernel_us']:.1f}) search {r['search_s']:.1f}s [{r['replaced']}]")
         torch.cuda.empty_cache()
         write_results(args.out / "ops", env, rows, OPS_COLUMNS, "kforge per-operator benchmark (H200)",
                       _notes(bw))
@@ -264,7 +273,11 @@ def _notes(bw: float | None) -> list[str]:
     return [f"Timer: CUDA events around one call, median of 30 repeats after 5 warm-ups, a 512 MiB read before "
             f"every repeat flushes the L2 (Note [why flush before each repeat]). floor = (input + output bytes) / "
             f"{per}; pct_bw = floor / kforge_us; copy_us: a plain copy moving the row's bytes, same run and timer "
-            f"(rows of runs before the thirteenth session have none); pct_copy = copy_us / kforge_us. kforge = "
+            f"(rows of runs before the thirteenth session have none); pct_copy = copy_us / kforge_us. The *_kernel_us "
+            f"columns time the same flushed calls by the profiler's durations of the device work each queues, the "
+            f"launch left out (Note [kernel time beside event time] in forge_backend/measure.py; rows of runs before "
+            f"the twenty-ninth session have none); pct_bw_kernel = floor / kforge_kernel_us. Targets are judged by "
+            f"the event times. kforge = "
             f"torch.compile(fn, backend=kforge), rest of the graph eager, after a template MCTS search of "
             f"`iterations` iterations (50 for the seed rows)."]
 

@@ -248,7 +248,13 @@ def main() -> None:
                          "before every launch instead (Note [scratch kept between launches] in contract.py)")
     ap.add_argument("--swap", action="append", default=[], metavar="OLD=>NEW",
                     help="also time each variant with OLD replaced by NEW in its source, in the same run (repeat for "
-                         "several): an A/B of a code-generation change")
+                         "several): an A/B of a code-generation change. One value may hold several replacements "
+                         "joined by ' && ', applied together")
+    ap.add_argument("--plain-launch", action="store_true",
+                    help="also time each variant whose launches are cooperative with plain launches instead, in the "
+                         "same run: what the cooperative launch costs (on an idle GPU a grid of one block per SM is "
+                         "resident at once either way; a grid that is not would hang, and the worker's time bound "
+                         "ends it)")
     ap.add_argument("--copy", action="append", type=int, default=[], metavar="MIB",
                     help="also time a plain copy (Tensor.copy_) that moves MIB mebibytes, read plus written, with the "
                          "same timer: the ceiling of a row that moves as much (repeat for several)")
@@ -307,7 +313,8 @@ def main() -> None:
                     continue
                 cand = fam.generate(card, p)
                 fresh = fresh_scratch(cand) if args.fresh_scratch else cand
-                for c in [cand] + ([fresh] if fresh is not cand else []) + swapped(cand, args.swap):
+                extra = [plain(cand)] if args.plain_launch and any(l.cooperative for l in cand.launches) else []
+                for c in [cand] + ([fresh] if fresh is not cand else []) + swapped(cand, args.swap) + extra:
                     row: dict[str, Any] = {"case": name, "params": p, "description": c.description}
                     try:
                         cubin = compile_candidate(c, card.arch).cubin
@@ -373,16 +380,27 @@ def time_transpose(timer: Any, spec: str, bw: float) -> list[dict[str, Any]]:
 
 
 def swapped(cand: Candidate, swaps: list[str]) -> list[Candidate]:
-    """``cand`` with each ``OLD=>NEW`` applied to its source, where OLD occurs in it (labelled ``[swap i]``)."""
+    """``cand`` with each swap applied to its source (labelled ``[swap i]``), where every OLD of it occurs there. A swap
+    is ``OLD=>NEW``, or several joined by `` && `` and applied in order."""
     out = []
     for i, text in enumerate(swaps):
-        old, sep, new = text.partition("=>")
-        if not sep or not old:
-            raise SystemExit(f"--swap: {text!r} is not OLD=>NEW")
-        if old in cand.source:
-            out.append(replace(cand, source=cand.source.replace(old, new), description=cand.description +
-                               f" [swap {i}]"))
+        source = cand.source
+        for pair in text.split(" && "):
+            old, sep, new = pair.partition("=>")
+            if not sep or not old:
+                raise SystemExit(f"--swap: {pair!r} is not OLD=>NEW")
+            if old not in source:
+                break
+            source = source.replace(old, new)
+        else:
+            out.append(replace(cand, source=source, description=cand.description + f" [swap {i}]"))
     return out
+
+
+def plain(cand: Candidate) -> Candidate:
+    """The same kernel with its cooperative launches made plain (``--plain-launch``)."""
+    return replace(cand, launches=tuple(replace(l, cooperative=False) for l in cand.launches),
+                   description=cand.description + " [plain launch]")
 
 
 def fresh_scratch(cand: Candidate) -> Candidate:

@@ -91,7 +91,7 @@ case "$what" in
             tail -c 3000 "$OUT/g0.txt" | cut -c1-200; tail -c 5000 "$OUT/g1.txt" | cut -c1-200
             pack ;;
   ops)      timeout ${T:-560} python3 benchmarks/bench_ops.py --out "$OUT" "$@" > "$OUT/ops.log" 2>&1
-            grep -aE "eager .* ind " "$OUT/ops.log" | cut -c1-200 ;;
+            grep -aE "eager .* ind " "$OUT/ops.log" | cut -c1-320 ;;
   models)   timeout ${T:-560} python3 benchmarks/bench_models.py --out "$OUT" "$@" > "$OUT/models.log" 2>&1
             grep -aE "^[a-z0-9_]+(::[a-z0-9_]+)?: " "$OUT/models.log" | cut -c1-700 ;;
   probe)    timeout ${T:-300} python3 benchmarks/probe_variants.py --out "$OUT" "$@" > "$OUT/probe.log" 2>&1

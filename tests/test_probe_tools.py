@@ -144,6 +144,38 @@ def test_swap_times_a_variant_with_a_text_replaced_in_its_source() -> None:
             probe_variants.swapped(cand, [bad])
 
 
+def test_joined_swaps_apply_together_or_not_at_all() -> None:
+    """`--swap 'A=>B && C=>D'`: one variant with both replaced; none where either OLD is missing."""
+    from forge_backend.search.templates import family_for
+    import template_cards as tc
+
+    card = tc.softmax((64, 262144), "bfloat16")
+    fam = family_for(card)
+    cand = fam.generate(card, fam.root_params(card))
+    reduce, write = "return m == -CUDART_INF_F ? 0.f : __expf(v - m);", "__expf(xv(p.v[j]) - m) * inv"
+    assert reduce in cand.source and write in cand.source
+    both = f"{reduce}=>return 0.f; && {write}=>0.f"
+    out = probe_variants.swapped(cand, [both, f"{reduce}=>x && absent text=>y"])
+    assert len(out) == 1 and out[0].description.endswith("[swap 0]")
+    assert reduce not in out[0].source and write not in out[0].source
+
+
+def test_plain_launch_drops_only_the_cooperative_flag() -> None:
+    """`--plain-launch`: the same source and grid, every cooperative launch made plain, labelled."""
+    from forge_backend.search.templates import family_for
+    import template_cards as tc
+
+    card = tc.softmax((64, 262144), "bfloat16")
+    fam = family_for(card)
+    cand = fam.generate(card, fam.root_params(card))
+    assert any(l.cooperative for l in cand.launches)
+    out = probe_variants.plain(cand)
+    assert not any(l.cooperative for l in out.launches) and out.source == cand.source
+    assert [(l.kernel, l.grid, l.block, l.smem) for l in out.launches] == \
+        [(l.kernel, l.grid, l.block, l.smem) for l in cand.launches]
+    assert out.description == cand.description + " [plain launch]" and out.identity() != cand.identity()
+
+
 def test_ab_replace_drops_the_named_layout_and_records_what_ran() -> None:
     """benchmarks/ab_replace.py: A leaves the kernels of the named op and layout to PyTorch, B keeps them; both record
     the first call of every kernel and replay their graphs node by node with each node's layout (CPU kernels here)."""

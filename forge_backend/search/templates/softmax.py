@@ -791,6 +791,20 @@ def _relay_layout_ok(card: OperatorCard, vec: int) -> bool:
 # kernel 1.6-2x the SASS (2,560-3,160 instructions against the root's 1,584).
 
 
+# Note [the division folded into the exponent: measured, not kept]
+# The relay's write takes exp(x - m) * (1 / sum): FADD, FMUL (by log2 e), MUFU.EX2, FMUL an element, and its reduce
+# exp(x - m): FADD, FMUL, MUFU.EX2. Folded, the write is ex2(x * log2 e - (m * log2 e + log2 sum)) and the reduce
+# ex2(x * log2 e - m * log2 e): one FFMA and the ex2 (the constant hoisted), 112 fewer SASS instructions in the bf16
+# softmax's root (1,560 against 1,672). Timed as source swaps of the roots (twenty-ninth session, one run, each root
+# twice; results/h200/probe_session29_exp2_fold.json, plan benchmarks/plans/exp2_fold.sh): the softmax [64, 262144]
+# bf16 22.8 and 22.8 us with the write folded against the root's 23.3 and 23.4, 23.5 with the reduce folded, 23.8-24.0
+# with both; the soft cap 32.6-32.9 (write) and 32.4-32.6 (both) against 33.0 and 33.0. It is not exact enough to
+# keep as it is: x * log2 e rounds relative to |x|, not to |x - m|, so the error grows with the logits' magnitude, and
+# every fp32 output failed the verifier on its large-valued inputs (the softmax fp32 2e-3 relative off, the sampling
+# softmax 2e-5 where 1e-5 is allowed); the soft cap passed only because tanh bounds its values by the cap. A form that
+# keeps x - m first (FADD, then one FFMA with -log2 sum, then the ex2) is as exact as the root and saves one
+# instruction an element, not two; neither is in the templates.
+
 def _raw_header(card: OperatorCard, p: dict[str, Any], sizes: dict[str, int]) -> str:
     """``_header`` with T the element as it is in memory (the relay's and the resident kernel's), and
     ``xv(T) -> float``: the softmax's input (Note [a prologue run from the relay's slots] for a fused card)."""
