@@ -14,29 +14,18 @@ from forge_backend.search.templates import conv, conv_bands
 from test_conv_flat import assert_valid_and_compile, random_conv, reference
 
 
-def chunk_len(pos: int, end: int, vec: int) -> int:
-    """The kernel's chunk_len (Note [a fill of packed runs]): the largest aligned chunk of at most VEC at pos."""
-    n = vec
-    while n > 1 and (pos % n or pos + n > end):
-        n //= 2
-    return n
-
-
 def bands_model(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pad: int, g: int, vec: int,
-                lt: int, join: bool = False, pack: bool = False) -> tuple[np.ndarray, list[int]]:
+                lt: int, join: bool = False) -> tuple[np.ndarray, list[int]]:
     """The kernel's steps over every block, in numpy, with its constants (NW, RS, row_base, phase) and loops:
     x [N, C, L], w [C, K]. Returns the output and the flat starts of every whole-vector store. With ``join``
     (Note [a row's first vector whole]) a row's first band also computes the row before's last outputs of its first
-    vector from that row's last 2 VEC inputs, and a row but the output's last skips the vector that holds its end.
-    With ``pack`` (Note [a fill of packed runs]) the fill takes runs of VEC lines, the window rounded up to whole runs,
-    and stores each channel's run as the aligned chunks chunk_len gives, each checked for its alignment."""
+    vector from that row's last 2 VEC inputs, and a row but the output's last skips the vector that holds its end."""
     n_, c_, l_in = x.shape
     k = w.shape[1]
     l_out = l_in + 2 * pad - k + 1
     dtype, isz = {8: ("bfloat16", 2), 4: ("float32", 4)}[vec]
     card = tc.causal_conv1d(c_, l_in, k=k, dtype=dtype, bias=b is not None, padding=pad, batch=n_)
-    p = {"strategy": "bands", "g": g, "lt": lt, "block": 256, "ld": vec if pack else 4, "vec": vec} | \
-        ({"join": True} if join else {}) | ({"pack": True} if pack else {})
+    p = {"strategy": "bands", "g": g, "lt": lt, "block": 256, "ld": 4, "vec": vec} | ({"join": True} if join else {})
     rs, nw = conv_bands.row_stride(p), conv_bands.window(card, p)
     ws_elems = -(-(2 if join else 1) * g * (k + 1) * 4 // 16) * 16 // isz  # the weights before the rows
     flat_x = x.reshape(n_ * c_, l_in)  # rows of the whole input, as the output's rows follow each other
@@ -58,8 +47,7 @@ def bands_model(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pad: int, g:
             for t in range(nb):
                 zs = np.full(conv_bands.smem_bytes(card, p) // isz - ws_elems, np.nan)  # the rows, after the weights
                 owner = np.full(zs.shape, -1)
-                lines = -(-nw // vec) * vec if pack else nw
-                for wp in range(lines):  # window line wp: input position t * LT - (VEC - 1) - PAD + wp
+                for wp in range(nw):  # window line wp: input position t * LT - (VEC - 1) - PAD + wp
                     pos = t * lt - (vec - 1) - pad + wp
                     for vv in range(nvg):
                         line = x[n, c0 + vv * vec: c0 + (vv + 1) * vec, pos] if 0 <= pos < l_in else np.zeros(vec)
@@ -69,21 +57,6 @@ def bands_model(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pad: int, g:
                             assert owner[at] in (-1, vv * vec + v), "two rows share a place"
                             owner[at] = vv * vec + v
                             zs[at] = line[v]
-                if pack:  # every run of every channel: aligned chunks that tile its places
-                    for rn in range(lines // vec):
-                        for vv in range(nvg):
-                            for v in range(vec):
-                                a = (phase(v) + 1) % vec
-                                base = row_base(vv * vec) + rn * vec + v * rs + phase(v) + 1 - a
-                                assert (ws_elems + base) * isz % 16 == 0, "a run's base off a 16-byte boundary"
-                                covered, at = [], a
-                                while at < a + vec:
-                                    size = chunk_len(at, a + vec, vec)
-                                    assert at % size == 0 and size * isz in (2, 4, 8, 16), "a misaligned chunk"
-                                    covered += range(base + at, base + at + size)
-                                    at += size
-                                first = row_base(vv * vec) + rn * vec + 1 + v * rs + phase(v)
-                                assert covered == list(range(first, first + vec)), "chunks that miss the run"
                 for e in range(g * nvr):
                     i, j = divmod(e, nvr)
                     l0 = t * lt - phase(i) + j * vec
@@ -122,12 +95,12 @@ def bands_model(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pad: int, g:
     (1, 32, 40, 9, 8, 32, 8, 16, False),    # K = VEC + 1: the output vector's inputs reach the next one's end
     (1, 128, 21, 4, 3, 128, 8, 16, False),  # 16 groups of rows: their shifts must not overlap rows
 ])
-@pytest.mark.parametrize("join,pack", [(False, False), (True, False), (False, True)])
-def test_bands_model_matches_a_float64_convolution(n, c, l_in, k, pad, g, vec, lt, bias, join, pack):
+@pytest.mark.parametrize("join", [False, True])
+def test_bands_model_matches_a_float64_convolution(n, c, l_in, k, pad, g, vec, lt, bias, join):
     x, w, b = random_conv(n, c, l_in, k, bias)
     if join and l_in + 2 * pad - k + 1 < vec:
         pytest.skip("rows shorter than a vector: join is not valid there")
-    got, stores = bands_model(x, w, b, pad, g, vec, lt, join, pack)
+    got, stores = bands_model(x, w, b, pad, g, vec, lt, join)
     np.testing.assert_allclose(got, reference(x, w, b, pad), rtol=1e-12, atol=1e-12)
     assert all(s % vec == 0 for s in stores)  # every whole vector is an aligned store
 
@@ -212,28 +185,3 @@ def test_bands_is_valid_where_its_note_says():
                                                                                    if k != "bfirst"}
     assert acts["strategy bands -> flat"] == conv.defaults(qwen, "flat")
     assert dict(conv.actions(qwen, conv.defaults(qwen, "flat")))["strategy flat -> bands"] == p
-
-
-def test_a_fill_of_packed_runs_is_valid_and_compiles_where_its_note_says():
-    """Note [a fill of packed runs]: knob ``pack`` needs a batch of VEC loads (ld == vec) and no join; its layouts
-    compile for sm_90 with no spill, and the layouts without it are unchanged by it."""
-    qwen = tc.causal_conv1d(8192, 2048)
-    p = conv.root_params(qwen)
-    packed = {**p, "pack": True}
-    assert conv.valid(qwen, packed) and dict(conv.actions(qwen, p))["pack False -> True"] == packed
-    assert not conv.valid(qwen, {**packed, "ld": 4}) and not conv.valid(qwen, {**packed, "join": True})
-    assert not conv.valid(qwen, {**p, "pack": False})  # off is no key
-    fp32 = tc.causal_conv1d(96, 37, k=4, dtype="float32", bias=True)
-    q = {"strategy": "bands", "g": 32, "lt": 64, "block": 128, "ld": 4, "vec": 4, "pack": True}
-    cand = conv.generate(qwen, packed)
-    assert "store_runs<0>" in cand.source and "packed fill" in cand.description
-    assert "store_runs" not in conv.generate(qwen, p).source and "zt[v * RS" not in cand.source
-    layouts = [(qwen, packed), (qwen, {**packed, "g": 64, "lt": 128}), (qwen, {**packed, "g": 128, "block": 512}),
-               (fp32, q), (tc.causal_conv1d(48, 73, k=3, dtype="float16", bias=True, batch=3),
-                           {"strategy": "bands", "g": 16, "lt": 128, "block": 256, "ld": 8, "vec": 8, "pack": True})]
-    assert_valid_and_compile(layouts)
-    from forge_backend.runtime.nvrtc import BASE_OPTIONS, compile_source
-
-    for card, lay in layouts:
-        log = compile_source(conv.generate(card, lay).source, options=BASE_OPTIONS + ("-Xptxas=-v",)).log
-        assert " 0 bytes spill stores" in log and "spill stores" in log, (lay, log)

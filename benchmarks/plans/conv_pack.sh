@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Knob pack of the conv's bands (Note [a fill of packed runs] in templates/conv_bands.py): the GPU verifier on every
-# bands case, then Qwen's conv with the root and its packed fills, the root first and last. Run on the device after
-# `benchmarks/run_device.sh setup`:
+# Knob pack was reverted after these runs (trial commit 3b6ee43): its params are no longer valid on later code.
+# Knob pack of the conv's bands (Note [a fill of packed runs: measured, not kept] in templates/conv_bands.py): the
+# GPU verifier on every bands case, then Qwen's conv with the root and its packed fills, the root first and last.
+# Run on the device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/conv_pack.sh   -> $OUT/gpu_tests_conv_pack.log, $OUT/probe_conv_pack.json, .log
 . benchmarks/plans/common.sh
 T=150 OUT=$OUT/t bash benchmarks/run_device.sh tests tests/test_templates_gpu.py -k conv_bands > /dev/null 2>&1

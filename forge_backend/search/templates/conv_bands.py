@@ -79,20 +79,21 @@ from .conv_shared import STORE16, blocks_per_sm, channels_fast, contiguous_outpu
 # 24.4-26.3, 64 channels over bands of 128 with the loads ahead 22.1. The hardware's block scheduler, which starts a
 # block wherever one ends, balances the waves better than a fixed walk.
 
-# Note [a fill of packed runs]
+# Note [a fill of packed runs: measured, not kept]
 # The root's fill scatters each 16-byte load (VEC channels of one position) into VEC rows as VEC 2-byte shared
 # stores: Nsight Compute on the root (ncu/conv_bands_g32_lt256_b256_bfirst.txt) counted 33% of its shared-store
-# wavefronts and 15% of its shared loads as bank conflicts, and the L1 68% busy. With ``pack`` a thread's batch is a
-# run of VEC consecutive window lines of one channel vector (ld == vec), so each channel's VEC elements are
-# consecutive in its row and go out as the aligned chunks that tile them (VEC, VEC / 2, ... elements from the run's
-# phase), packed into 32-bit words: 30 shared stores for 64 elements where the root takes 64. The window is rounded
-# up to whole runs; the rows' slack (a vector before the band, two after) holds the extra lines. tests/test_conv_bands.py
-# models the runs and their chunks in numpy. Measured on the H200 (twenty-ninth session, probe_session29_conv_pack.md,
-# one run, the root first and last; 8 GPU verifier cases passed): slower, 23.7 us twice against the root's 21.7-22.0;
-# 128 bytes of channels over bands of 128 22.6 against 22.2 unpacked; 128 threads 24.8. Only 34 of a block's 64 line
-# offsets have a run, so 136 of 256 threads fill, each waiting on all eight of its loads before its first store.
+# wavefronts and 15% of its shared loads as bank conflicts, and the L1 68% busy. Knob ``pack`` (trial commit 3b6ee43,
+# reverted in the commit after it) made a thread's batch a run of VEC consecutive window lines of one channel vector
+# (ld == vec), so that each channel's VEC elements were consecutive in its row and went out as the aligned chunks
+# that tile them (VEC, VEC / 2, ... elements from the run's phase), packed into 32-bit words: 30 shared stores for
+# 64 elements where the root takes 64 (the window rounded up to whole runs, the extra lines in the rows' slack; the
+# trial's numpy model of the runs and their chunks passed, and 8 GPU verifier cases). Measured on the H200
+# (twenty-ninth session, results/h200/probe_session29_conv_pack.md, one run, the root first and last): slower, 23.7
+# us twice against the root's 21.7-22.0; 128 bytes of channels over bands of 128 22.6 against 22.2 unpacked; 128
+# threads 24.8. Only 34 of a block's 64 line offsets had a run, so 136 of 256 threads filled, each waiting on all
+# eight of its loads before its first store.
 
-BANDS_KEYS = frozenset({"strategy", "g", "lt", "block", "ld", "vec", "bfirst", "join", "pack"})
+BANDS_KEYS = frozenset({"strategy", "g", "lt", "block", "ld", "vec", "bfirst", "join"})
 
 
 def bands(card: OperatorCard, p: dict[str, Any]) -> int:
@@ -155,15 +156,13 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         return False
     if p.get("join") not in (None, True) or (p.get("join") and dims(card)[3] < vec):
         return False  # Note [a row's first vector whole]: a row's first vector must not reach its end
-    if p.get("pack") not in (None, True) or (p.get("pack") and (p["ld"] != vec or p.get("join"))):
-        return False  # Note [a fill of packed runs]: a thread's batch is one run of VEC lines
     return smem_bytes(card, p) <= SMEM_LIMIT and c // g < 2**31 and \
         (bands(card, p) if not p.get("bfirst") else c // g) <= 65535 and n <= 65535
 
 
 def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return scale_knob(p, "g") + scale_knob(p, "lt") + scale_knob(p, "block") + scale_knob(p, "ld") + \
-        [flag_knob(p, "bfirst"), flag_knob(p, "join"), flag_knob(p, "pack")]
+        [flag_knob(p, "bfirst"), flag_knob(p, "join")]
 
 
 KERNEL = r"""
@@ -310,71 +309,6 @@ extern "C" __global__ __launch_bounds__(NT, MINB) void dwconv1d_bands(PARAMS) {
 """
 
 
-# Note [a fill of packed runs]: the fill of KERNEL (from ``zt`` to the barrier) and the weights' loop inside it
-_FILL = KERNEL[KERNEL.index("  Bits* const zt = "):KERNEL.index("  __syncthreads();\n  TO* const yb")]
-_KERNEL_START = "// y[n, c, l] = bias[c]"
-_WEIGHTS = _FILL[_FILL.index("      for (int e = threadIdx.x; e < G * (K + 1); e += NT) {"):
-                 _FILL.index("      if (JOIN && t == 0) {")]
-
-# A run of VEC lines (one thread's batch) is VEC consecutive elements of each of the VEC rows of its channel vector,
-# starting at element A = (phase + 1) % VEC of an aligned vector: stored as the aligned chunks (VEC, VEC / 2, ...
-# elements) that tile it, each chunk's elements packed into 32-bit words.
-PACK_HELPERS = r"""
-__device__ __forceinline__ constexpr int chunk_len(int pos, int end) {  // the largest aligned chunk at pos
-  int n = VEC;
-  while (n > 1 && (pos % n != 0 || pos + n > end)) n /= 2;
-  return n;
-}
-template <int A, int P>  // the run's elements from run place P on (A <= P <= A + VEC); base is VEC-aligned
-__device__ __forceinline__ void run_from(Bits* base, const Bits (&e)[VEC]) {
-  if constexpr (P < A + VEC) {
-    constexpr int L = chunk_len(P, A + VEC), k = P - A;
-    if constexpr (L * (int)sizeof(Bits) >= 4) {
-      constexpr int NWD = L * (int)sizeof(Bits) / 4;
-      unsigned wd[NWD];
-#pragma unroll
-      for (int j = 0; j < NWD; ++j)
-        wd[j] = sizeof(Bits) == 2 ? (unsigned)e[k + 2 * j] | ((unsigned)e[k + 2 * j + 1] << 16) : (unsigned)e[k + j];
-      if constexpr (NWD == 4) *reinterpret_cast<uint4*>(base + P) = make_uint4(wd[0], wd[1], wd[2], wd[3]);
-      else if constexpr (NWD == 2) *reinterpret_cast<uint2*>(base + P) = make_uint2(wd[0], wd[1]);
-      else *reinterpret_cast<unsigned*>(base + P) = wd[0];
-    } else {
-      base[P] = e[k];
-    }
-    run_from<A, P + L>(base, e);
-  }
-}
-template <int V>  // channel V of the vector: its row's run from rb, the place of the run's first line at phase 0
-__device__ __forceinline__ void store_runs(Bits* rb, const uint4 (&xv)[VEC]) {
-  if constexpr (V < VEC) {
-    constexpr int A = (phase(V) + 1) % VEC;
-    Bits e[VEC];
-#pragma unroll
-    for (int q = 0; q < VEC; ++q) e[q] = elem_bits(xv[q], V);
-    run_from<A, A>(rb + V * RS + (phase(V) + 1 - A), e);
-    store_runs<V + 1>(rb, xv);
-  }
-}
-"""
-
-PACKED_FILL = """  // Note [a fill of packed runs]: run rn holds window lines rn * VEC ... rn * VEC + VEC - 1
-  constexpr int NRUN = (NW + VEC - 1) / VEC, RSTEP = NT / NVG, NRR = (NRUN + RSTEP - 1) / RSTEP;
-  for (int rr = 0; rr < NRR; ++rr) {
-    const int rn = w0 + rr * RSTEP, pw = t * LT - (VEC - 1) - PAD + rn * VEC;
-    uint4 xv[VEC];
-#pragma unroll
-    for (int q = 0; q < VEC; ++q) {
-      xv[q] = make_uint4(0u, 0u, 0u, 0u);
-      if (rn < NRUN && pw + q >= 0 && pw + q < LIN)
-        xv[q] = *reinterpret_cast<const uint4*>(x + n * XS0 + c0 + vv * VEC + (long long)(pw + q) * XS2);
-    }
-    if (rr == 0) {                                  // while the first loads travel
-""" + _WEIGHTS + """    }
-    if (rn < NRUN) store_runs<0>(reinterpret_cast<Bits*>(zs) + row_base(vv * VEC) + rn * VEC, xv);
-  }
-"""
-
-
 def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     """Note [channel rows over a band of positions]: a block per G channels, band and sample."""
     n, c, l_in, l_out, k, pad = dims(card)
@@ -390,12 +324,9 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
 constexpr long long XS0 = {x.stride[0]}LL, XS2 = {x.stride[2]}LL;
 typedef {"unsigned short" if ITEMSIZE[x.dtype] == 2 else "unsigned"} Bits;  // an input element's bits
 """
-    kernel = KERNEL if not p.get("pack") else \
-        KERNEL.replace(_KERNEL_START, PACK_HELPERS + _KERNEL_START).replace(_FILL, PACKED_FILL)
-    source = head + STORE16 + kernel.replace("PARAMS", params).replace("BIAS_PTR", "b" if has_bias else "w")
+    source = head + STORE16 + KERNEL.replace("PARAMS", params).replace("BIAS_PTR", "b" if has_bias else "w")
     desc = f"depthwise conv1d k={k} bands g={g} lt={lt} block={block} ld={p['ld']} (input channels-fast) vec={vec}" + \
-        (" bands first" if p.get("bfirst") else "") + (" rows joined" if p.get("join") else "") + \
-        (" packed fill" if p.get("pack") else "")
+        (" bands first" if p.get("bfirst") else "") + (" rows joined" if p.get("join") else "")
     grid = (bands(card, p), c // g, n) if p.get("bfirst") else (c // g, bands(card, p), n)
     return make_candidate(source, [launch("dwconv1d_bands", grid, block, args, smem=smem_bytes(card, p))],
                           desc, p, align_of(vec, [x]))
