@@ -801,9 +801,13 @@ def _relay_layout_ok(card: OperatorCard, vec: int) -> bool:
 # with both; the soft cap 32.6-32.9 (write) and 32.4-32.6 (both) against 33.0 and 33.0. It is not exact enough to
 # keep as it is: x * log2 e rounds relative to |x|, not to |x - m|, so the error grows with the logits' magnitude, and
 # every fp32 output failed the verifier on its large-valued inputs (the softmax fp32 2e-3 relative off, the sampling
-# softmax 2e-5 where 1e-5 is allowed); the soft cap passed only because tanh bounds its values by the cap. A form that
-# keeps x - m first (FADD, then one FFMA with -log2 sum, then the ex2) is as exact as the root and saves one
-# instruction an element, not two; neither is in the templates.
+# softmax 2e-5 where 1e-5 is allowed); the soft cap passed only because tanh bounds its values by the cap. The form
+# that keeps x - m first, ex2((x - m) * log2 e - log2 sum) (FADD, FFMA, ex2: one instruction an element fewer than
+# the root) passed the verifier everywhere, fp32 outputs included, and gained nothing consistent (results/h200/
+# probe_session29_exp2_exact.md, plan exp2_exact.sh, one run, each twice): the bf16 softmax 23.7-23.8 us against
+# 23.2-23.3, the sampling softmax 29.5-30.2 against 30.7-31.1, the soft cap 32.8-33.3 against 32.9-33.1, fp32
+# 35.9-36.1 against 35.7-36.2. Neither form is in the templates.
+
 
 def _raw_header(card: OperatorCard, p: dict[str, Any], sizes: dict[str, int]) -> str:
     """``_header`` with T the element as it is in memory (the relay's and the resident kernel's), and
