@@ -5,12 +5,12 @@ memory, timed as the search times a candidate (device events around one launch, 
 
 The relay kernels (templates/relay.py) and the resident softmax launch cooperatively, one block per SM with up to
 227 KB of shared memory; the copy a row's bytes are compared with (``copy_us``) is a plain launch of a kernel with
-none. This measures what that difference alone costs: kernels that write one word a block (so that the test can see every
-block ran), in grids of 1 and of one block per SM, and the difference of each kind against the plain launch
-of the same grid. Pairs of back-to-back launches between the events also give the cost of a launch queued behind
-another of its kind (no flush between them). Last, the same kernels and plain copies of 64 and 96 MiB moved are
-timed both ways: by the events and by ``Timer.kernel_time`` (the profiler's durations of the device work, which
-leave the launch out; Note [kernel time beside event time] in forge_backend/measure.py).
+none. This times a kernel that writes one word a block (so that the script can check every block ran) in grids of 1
+and of one block per SM, at 0, 100 and 227 KB of shared memory, launched plainly and cooperatively, once and twice
+between the events (the second launch queued behind the first, no flush between them). Last, that kernel and plain
+copies of 64 and 96 MiB moved are timed both ways: by the events and by ``Timer.kernel_time`` (the profiler's
+durations of the device work, which leave the launch out; Note [kernel time beside event time] in
+forge_backend/measure.py).
 """
 from __future__ import annotations
 

@@ -82,7 +82,6 @@ class Timer:
         times = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
         return Timing(statistics.median(times), min(times), repeats)
 
-
     def kernel_time(self, fn: Callable[[], object], warmup: int = 5, repeats: int = 30) -> Timing:
         """Note [kernel time beside event time]: per flushed call, the summed durations of the device work ``fn``
         queues (kernels, copies, fills), as the profiler records them; median and minimum over ``repeats``."""

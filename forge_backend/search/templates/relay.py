@@ -276,8 +276,8 @@ def relay_launch(kernel: str, p: dict[str, Any], args: list[str], isz: int, vbyt
     guarantee costs nothing measurable: the same roots launched plainly on an idle H200 (where every block is resident
     either way) ran no faster (twenty-ninth session, probe_session29_launch_kinds.json, each twice: the softmax
     [64, 262144] bf16 23.4-23.6 us plain against 23.0-23.3, fp32 35.9 against 35.5, the soft cap 33.2-33.3 against
-    32.8-33.0, the group norm [2, 1536, 64, 64] fp32 30.0 against 28.5); nor does an empty kernel's
-    (launch_cost_session29.md)."""
+    32.8-33.0, the group norm [2, 1536, 64, 64] fp32 30.0 against 28.5), and an empty kernel's launch costs the same
+    either way (launch_cost_session29.md)."""
     return launch(kernel, SMS, relay_threads(p), args, relay_smem(p, isz, vbytes), cooperative=True)
 
 
