@@ -11,8 +11,12 @@ replaced node costs more than its kernel's time:
   into its stores (a layer norm with the modulation after it, a softmax with the scale and mask before it). An
   extern node makes those tensors real: each fused neighbour's tensor is written once and read once more.
   ``fused_traffic_bytes`` counts those bytes on the node's real neighbours, looking through views, and they are
-  charged at the kernel's own rate (its time over the bytes it moves). A norm group with a prologue is not charged
-  for an input that other nodes read too (the residual stream): Inductor's code writes that tensor anyway.
+  charged at the kernel's own rate (its time over the bytes it moves). An input that other nodes read too (the
+  residual stream) is one Inductor's code writes anyway, for those readers: its write is not the node's to pay.
+  Replacing a plain node still adds the node's own read of it, where Inductor's kernel would have computed it in
+  registers from its inputs as it stored it (MMDiT's ``triton_red_fused_add_mul_native_layer_norm`` kernels:
+  benchmarks/results/h200/kernels_sd35_mmdit_inductor.txt), so it is charged once, not twice. A norm group with a
+  prologue reads such an input as Inductor's own kernel for the group would: it is not charged.
 
 The single-op time Inductor is measured by (Note [the baseline inside Inductor]) has none of these costs, so a
 kernel replaces a node only when ``kforge_us * (1 + margin) + fused bytes at its rate + HOST_COST_US`` is below
@@ -78,14 +82,18 @@ def _has_pointwise_user(node: torch.fx.Node, depth: int = 4) -> bool:
 def fused_traffic_bytes(node: torch.fx.Node, group: Group | None = None) -> int:
     """Bytes that become real memory traffic when ``node`` is an extern call instead of Inductor's fused code: 2x
     each input made by a pointwise op and each output read by one (a multi-output node's outputs are its
-    ``getitem`` users). For a fused group (``node`` its output), the group's inputs are the inputs."""
+    ``getitem`` users). An input other nodes read too counts once, or not at all for a group with a prologue (see
+    the Note). For a fused group (``node`` its output), the group's inputs are the inputs."""
     total = 0
-    # a group with a prologue already holds the pointwise ops Inductor would fuse: an input others read is written
-    # by Inductor's code too
-    shared = set(group.members) if group is not None and group.side is not None else None
+    inside = set(group.members) if group is not None else {node}
+    with_prologue = group is not None and group.side is not None
     for arg in group.inputs if group is not None else node.all_input_nodes:
-        if _is_pointwise(_producer(arg)) and not (shared is not None and _read_elsewhere(arg, shared)):
+        if not _is_pointwise(_producer(arg)):
+            continue
+        if not _read_elsewhere(arg, inside):
             total += 2 * _nbytes(arg)
+        elif not with_prologue:
+            total += _nbytes(arg)
     getitems = [u for u in node.users if is_getitem(u)]
     for out in getitems or [node]:
         if _has_pointwise_user(out):
@@ -93,10 +101,15 @@ def fused_traffic_bytes(node: torch.fx.Node, group: Group | None = None) -> int:
     return total
 
 
-def _read_elsewhere(arg: torch.fx.Node, inside: set) -> bool:
-    """``arg`` has a user outside ``inside``: Inductor's code writes it for that user whatever this group does (the
-    residual stream a norm's prologue reads: Note [a norm takes the residual add before it] in norm_fusion.py)."""
-    return any(u not in inside for u in arg.users)
+def _read_elsewhere(arg: torch.fx.Node, inside: set, depth: int = 4) -> bool:
+    """``arg``, or what it is a view of (a few views deep), has a reader outside ``inside`` and the views between:
+    Inductor's code writes it for that reader whatever this node does (the residual stream: Note [a norm takes the
+    residual add before it] in norm_fusion.py)."""
+    chain = [arg]
+    while depth and _is_view(chain[-1]) and chain[-1].args and isinstance(chain[-1].args[0], torch.fx.Node):
+        chain, depth = chain + [chain[-1].args[0]], depth - 1
+    allowed = set(inside) | set(chain)
+    return any(u not in allowed for v in chain for u in v.users)
 
 
 def inductor_reorders_layout(gm: torch.fx.GraphModule) -> bool:

@@ -46,6 +46,37 @@ def test_an_input_made_by_a_pointwise_op_counts_twice_through_views():
     assert fused_traffic_bytes(node_of(through_a_view_after, SOFTMAX, x)) == 2 * x.numel() * 4
 
 
+def test_an_input_others_read_too_counts_once():
+    """Inductor writes ``y`` for its other reader whatever the softmax does; replacing the softmax adds only its own
+    read of it (Note [what replacing a node costs inside Inductor])."""
+    x = torch.randn(4, 8, 16)
+
+    def shared(x):
+        y = x * 0.5
+        return torch.ops.aten._softmax(y.view(32, 16), -1, False), y + 1.0
+
+    def shared_through_the_view(x):
+        y = (x * 0.5).view(32, 16)
+        return torch.ops.aten._softmax(y, -1, False), y + 1.0
+
+    assert fused_traffic_bytes(node_of(shared, SOFTMAX, x)) == x.numel() * 4
+    assert fused_traffic_bytes(node_of(shared_through_the_view, SOFTMAX, x)) == x.numel() * 4
+
+
+def test_a_norm_group_pays_a_read_of_the_residual_only_without_its_prologue():
+    """MMDiT's residual adaLN: the group that takes the residual add reads its inputs as Inductor's kernel would;
+    the group without it reads the new residual, which Inductor writes anyway for the next block."""
+    from forge_backend.norm_fusion import find_norm_groups
+    from test_norm_fusion import _residual_inputs, residual_adaln
+
+    h = _residual_inputs()[0]
+    gm = make_fx(residual_adaln)(*_residual_inputs())
+    with_head, without = find_norm_groups(gm.graph)
+    assert without.side is None and with_head.side is not None
+    assert fused_traffic_bytes(without.output, without) == fused_traffic_bytes(with_head.output, with_head) + \
+        h.numel() * 4
+
+
 def test_a_matmul_neighbour_is_not_a_fusion():
     x, w = torch.randn(16, 32), torch.randn(32, 32)
 
