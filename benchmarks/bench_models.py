@@ -222,7 +222,7 @@ def kforge_env(opts: dict) -> dict[str, str]:
 
 
 def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = None, check: bool = False,
-          mode: str | None = None) -> dict:
+          mode: str | None = None, timing_rounds: int = 8) -> dict:
     from torch._dynamo.utils import counters
 
     from forge_backend.backend import make_backend
@@ -257,7 +257,7 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
         counters.clear()
         configs = {"eager": model, "inductor": ind, "kforge_eager": kfe, "kforge_inductor": kfi, "inductor_again": ind}
         reps = slot_reps(configs, inputs)
-        rounds = interleaved_ms(configs, inputs, reps=reps)
+        rounds = interleaved_ms(configs, inputs, rounds=timing_rounds, reps=reps)
         ms = {name: statistics.median(v) for name, v in rounds.items()}
         work = device_work({k: fn for k, fn in configs.items() if k != "inductor_again"}, inputs)
         gpu_ms = {k: w.ms for k, w in work.items()}
@@ -332,6 +332,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default=DEFAULT, help="comma-separated example[::setting]")
     ap.add_argument("--iterations", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=8, help="interleaved timing rounds per model, rounded up to whole "
+                                                         "rotations of the five configurations (more for a noisy host)")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "h200")
     ap.add_argument("--cache-dir", type=Path, default=None)
     ap.add_argument("--profile", action="store_true", help="also write a torch.profiler summary per model")
@@ -359,7 +361,8 @@ def main() -> None:
         model, _, setting = item.partition("::")
         spec = f"{EXAMPLES / model}.py" + (f"::{setting}" if setting else "")
         try:
-            row = bench(spec, cache, args.iterations, args.out if args.profile else None, args.check, args.mode)
+            row = bench(spec, cache, args.iterations, args.out if args.profile else None, args.check, args.mode,
+                        args.rounds)
         except Exception as e:  # one broken model must not lose the others; reported in the table
             log(f"{item}: FAILED {type(e).__name__}: {str(e)[:400]}")
             rows.append({"model": model, "setting": setting, "error": f"{type(e).__name__}: {str(e)[:200]}"})

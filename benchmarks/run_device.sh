@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one script for the GPU machine (see /work/.library/device): install what the image lacks from the carried
-# wheels (.whl: diskcache, openai and its dependencies, diffusers), then, by the first argument:
+# wheels (.whl: diskcache, openai and its dependencies, diffusers; benchmarks/device_wheels.sh fetches them here),
+# then, by the first argument:
 #   tests   the GPU tests (templates, runtime isolation, planted kernels, ResNet-50 cold/warm cache, LLM search)
 #   ops     benchmarks/bench_ops.py    -> ops.json/.md, first_kernels.json/.md
 #   models  benchmarks/bench_models.py -> models.json/.md
