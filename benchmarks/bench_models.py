@@ -37,6 +37,9 @@ from harness import environment, log, write_results  # noqa: E402
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 DEFAULT = "resnet50::fp16_b1,sd35_vae::bf16_1024,sd35_mmdit::bf16_txt333,gemma4::eager_attn,qwen35_moe::eager_attn"
+# every setting issue 6 names: ResNet-50 in fp16 and fp32 at batch 1 and 32, Gemma 4 with sdpa as well as eager
+# attention (`--models every`; more than one 10-minute device call: run it in parts and --merge them)
+EVERY = DEFAULT + ",resnet50::fp16_b32,resnet50::fp32_b1,resnet50::fp32_b32,gemma4::sdpa"
 COLUMNS = ["model", "setting", "eager_ms", "inductor_ms", "kforge_eager_ms", "kforge_inductor_ms",
            "kforge_eager_vs_eager", "kforge_inductor_vs_inductor", "kforge_inductor_vs_inductor_range",
            "inductor_vs_itself", "inductor_vs_itself_range", "inductor_device_ms", "kforge_inductor_device_ms",
@@ -316,9 +319,10 @@ def merge(dirs: list[Path], out: Path, stem: str = "models", layout: str | None 
     ``layout`` says how the parts ran (default: side by side)."""
     import json
 
-    parts = [json.loads((d / f"{stem}.json").read_text()) for d in dirs if (d / f"{stem}.json").exists()]
+    files = [d if d.suffix == ".json" else d / f"{stem}.json" for d in dirs]  # a part's directory or its JSON
+    parts = [json.loads(f.read_text()) for f in files if f.is_file()]
     if not parts:
-        log(f"nothing to merge: no {stem}.json under {', '.join(map(str, dirs))}")
+        log(f"nothing to merge: no {stem}.json in {', '.join(map(str, dirs))}")
         return
     env = {**parts[0]["environment"], "command": " + ".join(p["environment"]["command"] for p in parts),
            "split": layout or f"{len(parts)} processes side by side, one GPU and its own CPU cores each"}
@@ -330,7 +334,8 @@ def merge(dirs: list[Path], out: Path, stem: str = "models", layout: str | None 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default=DEFAULT, help="comma-separated example[::setting]")
+    ap.add_argument("--models", default=DEFAULT, help="comma-separated example[::setting], or 'every' (EVERY: "
+                                                      "each setting issue 6 names)")
     ap.add_argument("--iterations", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=8, help="interleaved timing rounds per model, rounded up to whole "
                                                          "rotations of the five configurations (more for a noisy host)")
@@ -343,7 +348,8 @@ def main() -> None:
     ap.add_argument("--mode", default=None, help="torch.compile mode for Inductor and kforge+Inductor, e.g. "
                                                  "reduce-overhead (Note [torch.compile's mode])")
     ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="DIR",
-                    help="only merge the models.json of these directories (one run split over GPUs) into --out")
+                    help="only merge the models.json of these directories, or these JSON files (the parts of one "
+                         "run, split over GPUs or calls), into --out")
     ap.add_argument("--layout", default=None, help="with --merge: how the parts ran, for the results' header")
     args = ap.parse_args()
     if args.merge:
@@ -357,7 +363,7 @@ def main() -> None:
     cache = args.cache_dir or Path(tempfile.mkdtemp(prefix="kforge-models-"))
     env = environment(shlex.join(["python"] + sys.argv))
     rows = []
-    for item in args.models.split(","):
+    for item in (EVERY if args.models == "every" else args.models).split(","):
         model, _, setting = item.partition("::")
         spec = f"{EXAMPLES / model}.py" + (f"::{setting}" if setting else "")
         try:

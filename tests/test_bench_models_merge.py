@@ -126,3 +126,30 @@ def test_gate_decisions_are_small_rounded_and_counted_once_per_signature():
                                                                    ("aten._softmax.default", 1, True)]
     assert rows[0]["total_us"] == 24.79 and rows[0]["fused_us"] == 3.1 and rows[0]["charged_bytes"] == 31_000
     assert json.loads(json.dumps(rows)) == rows
+
+
+def test_merge_takes_json_files_as_well_as_directories(tmp_path):
+    """The committed parts of a table (models_session*_*.json) merge without copying each into a directory."""
+    a = half(tmp_path / "g0", "bench_models.py --models sd35_vae", [{"model": "sd35_vae", "eager_ms": 85.0}])
+    part = tmp_path / "models_part_resnet.json"
+    part.write_text(json.dumps({"environment": {"command": "bench_models.py --models resnet50"},
+                                "rows": [{"model": "resnet50", "eager_ms": 5.0}]}))
+    bench_models.merge([a, part, tmp_path / "absent.json"], tmp_path / "out")
+    merged = json.loads((tmp_path / "out" / "models.json").read_text())
+    assert [r["model"] for r in merged["rows"]] == ["sd35_vae", "resnet50"]
+
+
+def test_every_names_each_setting_issue_6_asks_for_and_the_examples_define():
+    import ast
+
+    examples = Path(bench_models.EXAMPLES)
+    specs = [item.partition("::") for item in bench_models.EVERY.split(",")]
+    for model, _, setting in specs:
+        tree = ast.parse((examples / f"{model}.py").read_text())
+        settings = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                        and any(getattr(t, "id", None) == "SETTINGS" for t in n.targets))
+        assert setting in settings, (model, setting)
+    pairs = {(m, s) for m, _, s in specs}
+    assert {("resnet50", f"{p}_b{b}") for p in ("fp16", "fp32") for b in (1, 32)} <= pairs
+    assert {("gemma4", "eager_attn"), ("gemma4", "sdpa")} <= pairs and len(pairs) == len(specs)
+    assert {m for m, _ in pairs} == {"resnet50", "sd35_vae", "sd35_mmdit", "gemma4", "qwen35_moe"}
