@@ -325,3 +325,39 @@ def test_shipped_dir_location(tmp_path: Path):
     assert default_shipped_dir({}) == Path(forge_backend.__file__).resolve().parent.parent / "kernels_cache"
     assert default_shipped_dir({"KFORGE_SHIPPED_DIR": str(tmp_path)}) == tmp_path
     assert ShippedStore(tmp_path / "missing").keys() == []
+
+
+def test_an_installed_wheel_finds_its_shipped_kernels_under_the_prefix(tmp_path: Path, monkeypatch):
+    """In a wheel the package sits in site-packages with no kernels_cache/ beside it; pyproject.toml's data-files put
+    the shipped records under <prefix>/share/kforge/kernels_cache (the environment's, or the user base's)."""
+    import site
+    import sys
+
+    import forge_backend
+
+    package = tmp_path / "site-packages" / "forge_backend"
+    package.mkdir(parents=True)
+    monkeypatch.setattr(forge_backend, "__file__", str(package / "__init__.py"))
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "env"))
+    monkeypatch.setattr(site, "getuserbase", lambda: str(tmp_path / "user"))
+    beside = tmp_path / "site-packages" / "kernels_cache"
+    assert default_shipped_dir({}) == beside  # nothing anywhere: the old place, empty
+    user = tmp_path / "user" / "share" / "kforge" / "kernels_cache"
+    user.mkdir(parents=True)
+    assert default_shipped_dir({}) == user
+    env = tmp_path / "env" / "share" / "kforge" / "kernels_cache"
+    env.mkdir(parents=True)
+    assert default_shipped_dir({}) == env  # the environment's prefix before the user base
+    beside.mkdir()
+    assert default_shipped_dir({}) == beside  # a source checkout's own directory first
+
+
+def test_the_wheel_ships_the_kernels_cache_as_data_files():
+    """pyproject.toml names every file kernels_cache/ may hold (records and its README) as data files."""
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    files = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    patterns = files["share/kforge/kernels_cache"]
+    shipped = sorted(p.name for p in (root / "kernels_cache").iterdir())
+    assert shipped and all(any(Path("kernels_cache", n).match(pat) for pat in patterns) for n in shipped)

@@ -5,8 +5,10 @@ Each file is ``<key>.json`` holding one record (``KernelRecord.dumps(indent=1)``
 returned with ``trusted=False`` and ``provenance.source="shipped"`` whatever the file says; the runtime decides
 whether to re-verify it on this GPU before first use.
 
-The directory is ``$KFORGE_SHIPPED_DIR`` when set, else ``kernels_cache/`` beside the ``forge_backend`` package
-(present in a source checkout or an editable install; absent, hence empty, in a wheel).
+The directory is ``$KFORGE_SHIPPED_DIR`` when set, else ``kernels_cache/`` beside the ``forge_backend`` package (a
+source checkout or an editable install), else the copy a wheel installs as data files
+(``<prefix>/share/kforge/kernels_cache``, pyproject.toml's ``data-files``; the environment's prefix, or the user base
+after ``pip install --user``). None of them present: no shipped records.
 
 :class:`TieredStore` puts the tiers in lookup order: local (this machine's measurements) before shipped.
 """
@@ -26,9 +28,14 @@ def default_shipped_dir(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     if env.get(SHIPPED_ENV):
         return Path(env[SHIPPED_ENV]).expanduser()
+    import site
+    import sys
+
     import forge_backend
 
-    return Path(forge_backend.__file__).resolve().parent.parent / "kernels_cache"
+    beside = Path(forge_backend.__file__).resolve().parent.parent / "kernels_cache"
+    installed = [Path(prefix) / "share" / "kforge" / "kernels_cache" for prefix in (sys.prefix, site.getuserbase())]
+    return next((d for d in [beside, *installed] if d.is_dir()), beside)
 
 
 class ShippedStore(RecordReader):
