@@ -67,7 +67,11 @@ def row_mb(row: dict, bandwidths: dict[str, float]) -> float:
 
 
 def _label(row: dict) -> str:
-    return f"{row['op']} [{','.join(map(str, row['shape']))}] {row['dtype']}"
+    return f"{row['op']} {_shape(row['shape'])} {row['dtype']}"
+
+
+def _shape(shape) -> str:
+    return f"[{','.join(map(str, shape))}]"
 
 
 def _find(rows: list[dict], op: str, shape: tuple, dtype: str | None) -> list[dict]:
@@ -100,7 +104,7 @@ def ops_verdicts(ops: dict) -> list[Verdict]:
     out.append(Verdict(4, ">= 1.5x Inductor at the four named rows", all(f and f[0]["speedup_vs_inductor"] >= 1.5
                                                                        for *_, f in named),
                        "; ".join(f"{_label(f[0])} {f[0]['speedup_vs_inductor']:.2f}x" if f else
-                                 f"{op} {list(shape)} {dtype}: no row" for op, shape, dtype, f in named)))
+                                 f"{op} {_shape(shape)} {dtype}: no row" for op, shape, dtype, f in named)))
     large = [r for r in rows if row_mb(r, bw) >= 64]
     short = sorted((r for r in large if r["pct_bw"] < 80), key=lambda r: r["pct_bw"])
     out.append(Verdict(4, ">= 80% of the copy bandwidth on every row of >= 64 MB", not short and bool(large),
@@ -120,7 +124,7 @@ def ops_verdicts(ops: dict) -> list[Verdict]:
         within.append((op, shape, dtype, its))
     n_within = sum(1 for *_, its in within if its and max(its) <= 25)
     out.append(Verdict(4, "best within 25 iterations on >= 3 of the 4 seed operators", n_within >= 3,
-                       f"{n_within} of 4: " + "; ".join(f"{op} {list(shape)} {dtype or 'all dtypes'} {its}"
+                       f"{n_within} of 4: " + "; ".join(f"{op} {_shape(shape)} {dtype or 'all dtypes'} {its}"
                                                         for op, shape, dtype, its in within)))
     return out
 

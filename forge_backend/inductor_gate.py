@@ -65,11 +65,17 @@ def _nbytes(node: torch.fx.Node) -> int:
     return val.numel() * val.element_size() if isinstance(val, torch.Tensor) else 0
 
 
-def _producer(node: torch.fx.Node, depth: int = 4) -> torch.fx.Node:
+def _view_chain(node: torch.fx.Node, depth: int = 4) -> list[torch.fx.Node]:
+    """``node``, then what it is a view of, and so on (a few views deep): the last is its producer."""
+    chain = [node]
+    while depth and _is_view(chain[-1]) and chain[-1].args and isinstance(chain[-1].args[0], torch.fx.Node):
+        chain, depth = chain + [chain[-1].args[0]], depth - 1
+    return chain
+
+
+def _producer(node: torch.fx.Node) -> torch.fx.Node:
     """``node`` itself, or what it is a view of (a few views deep)."""
-    while depth and _is_view(node) and node.args and isinstance(node.args[0], torch.fx.Node):
-        node, depth = node.args[0], depth - 1
-    return node
+    return _view_chain(node)[-1]
 
 
 def _has_pointwise_user(node: torch.fx.Node, depth: int = 4) -> bool:
@@ -101,13 +107,11 @@ def fused_traffic_bytes(node: torch.fx.Node, group: Group | None = None) -> int:
     return total
 
 
-def _read_elsewhere(arg: torch.fx.Node, inside: set, depth: int = 4) -> bool:
+def _read_elsewhere(arg: torch.fx.Node, inside: set) -> bool:
     """``arg``, or what it is a view of (a few views deep), has a reader outside ``inside`` and the views between:
     Inductor's code writes it for that reader whatever this node does (the residual stream: Note [a norm takes the
     residual add before it] in norm_fusion.py)."""
-    chain = [arg]
-    while depth and _is_view(chain[-1]) and chain[-1].args and isinstance(chain[-1].args[0], torch.fx.Node):
-        chain, depth = chain + [chain[-1].args[0]], depth - 1
+    chain = _view_chain(arg)
     allowed = set(inside) | set(chain)
     return any(u not in allowed for v in chain for u in v.users)
 
