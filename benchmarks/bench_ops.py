@@ -14,12 +14,14 @@ one op are unaffected. Writes ops.json/.md and first_kernels.json/.md under --ou
 from __future__ import annotations
 
 import argparse
+import functools
 import shlex
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -29,9 +31,11 @@ from rows import ROWS, SEED_ROWS  # noqa: E402
 
 OPS_COLUMNS = ["op", "shape", "dtype", "eager_us", "inductor_us", "kforge_us", "floor_us", "pct_bw", "copy_us",
                "pct_copy", "speedup_vs_eager", "speedup_vs_inductor", "iterations_to_best", "search_s", "replaced",
-               "inductor_kernel_us", "kforge_kernel_us", "copy_kernel_us", "pct_bw_kernel"]
+               "inductor_kernel_us", "kforge_kernel_us", "copy_kernel_us", "pct_bw_kernel", "eager_graph_us",
+               "inductor_graph_us", "kforge_graph_us", "copy_graph_us", "pct_bw_graph", "graph_calls"]
 FIRST_COLUMNS = ["op", "shape", "dtype", "eager_us", "kforge_us", "floor_us", "pct_bw", "speedup_vs_eager"]
 TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 3e-2}
+GRAPH_MIN_BYTES = 8 * 2**20  # Note [device time by graph replay]: smaller rows' calls would rotate inside the L2
 
 
 def select_rows(rows, patterns) -> list:
@@ -63,6 +67,32 @@ def kernel_us(timer, fn, what: str) -> float | None:
     except (RuntimeError, ValueError) as e:
         log(f"  kernel time of {what} not taken: {e}")
         return None
+
+
+def graph_us(timer, calls, what: str) -> float | None:
+    """``timer.graph_time(calls)``'s median (Note [device time by graph replay]), or None, logged, when the calls do
+    not capture: the row keeps its other columns."""
+    try:
+        return timer.graph_time(calls).median_us
+    except Exception as e:  # a capture can fail in many ways (a host sync, an allocation it refuses)
+        log(f"  graph time of {what} not taken: {type(e).__name__}: {str(e)[:200]}")
+        return None
+
+
+def graph_columns(timer, contenders: dict[str, Callable], inputs: list, moved: int, device) -> dict:
+    """Each contender (and a copy of the row's bytes) timed by graph replay, every captured call on its own copy of
+    the inputs (Note [device time by graph replay]); empty for a row under GRAPH_MIN_BYTES."""
+    from forge_backend.measure import copy_call, graph_calls
+
+    if moved < GRAPH_MIN_BYTES:
+        return {}
+    n = graph_calls(moved)
+    out: dict = {"graph_calls": n}
+    out["copy_graph_us"] = graph_us(timer, [copy_call(device, moved) for _ in range(n)], "copy")
+    sets = [list(inputs)] + [[t.clone() for t in inputs] for _ in range(n - 1)]
+    for name, f in contenders.items():
+        out[f"{name}_graph_us"] = graph_us(timer, [functools.partial(f, *s) for s in sets], name)
+    return out
 
 
 def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device,
@@ -97,6 +127,7 @@ def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device,
             torch.testing.assert_close(g.float(), e.float(), rtol=TOL[row.dtype], atol=TOL[row.dtype])
         kforge = timer.time(lambda: kf(*inputs)).median_us
         kforge_kernel = kernel_us(timer, lambda: kf(*inputs), "kforge")
+        graph = graph_columns(timer, {"eager": fn, "inductor": ind, "kforge": kf}, _tensors(inputs), moved, device)
     replaced = [op for r in reports for op, _, _ in r.replaced]
     store = LocalStore(cache_dir)
     for key in store.searches():
@@ -128,7 +159,8 @@ def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device,
            "search_s": search_s, "replaced": ",".join(o.removeprefix("aten.") for o in replaced) or "none",
            "iterations": iterations, "winner": "; ".join(w for w in winners if w),
            "inductor_kernel_us": inductor_kernel, "kforge_kernel_us": kforge_kernel, "copy_kernel_us": copy_kernel,
-           "pct_bw_kernel": 100.0 * floor / kforge_kernel if kforge_kernel else None}
+           "pct_bw_kernel": 100.0 * floor / kforge_kernel if kforge_kernel else None, **graph,
+           "pct_bw_graph": 100.0 * floor / graph["kforge_graph_us"] if graph.get("kforge_graph_us") else None}
     return out, firsts
 
 
@@ -263,7 +295,10 @@ def main() -> None:
             f"floor {r['floor_us']:.1f} ({r['pct_bw']:.0f}% bw; a copy of its bytes {r['copy_us']:.1f}), "
             f"{r['speedup_vs_eager']:.2f}x eager, {r['speedup_vs_inductor']:.2f}x ind; by kernel time kforge "
             f"{_us(r['kforge_kernel_us'])} ({_us(r['pct_bw_kernel'], '.0f')}% bw) ind {_us(r['inductor_kernel_us'])} "
-            f"copy {_us(r['copy_kernel_us'])}) search {r['search_s']:.1f}s [{r['replaced']}]")
+            f"copy {_us(r['copy_kernel_us'])}); by graph replay kforge {_us(r.get('kforge_graph_us'))} "
+            f"({_us(r.get('pct_bw_graph'), '.0f')}% bw) ind {_us(r.get('inductor_graph_us'))} eager "
+            f"{_us(r.get('eager_graph_us'))} copy {_us(r.get('copy_graph_us'))} search {r['search_s']:.1f}s "
+            f"[{r['replaced']}]")
         torch.cuda.empty_cache()
         write_results(args.out / "ops", env, rows, OPS_COLUMNS, "kforge per-operator benchmark (H200)",
                       _notes(bw))
@@ -290,8 +325,10 @@ def _notes(bw: float | None) -> list[str]:
             f"(rows of runs before the thirteenth session have none); pct_copy = copy_us / kforge_us. The *_kernel_us "
             f"columns time the same flushed calls by the profiler's durations of the device work each queues, the "
             f"launch left out (Note [kernel time beside event time] in forge_backend/measure.py; rows of runs before "
-            f"the twenty-ninth session have none); pct_bw_kernel = floor / kforge_kernel_us. Targets are judged by "
-            f"the event times. kforge = "
+            f"the twenty-ninth session have none); pct_bw_kernel = floor / kforge_kernel_us. The *_graph_us columns "
+            f"time rows of >= 8 MiB by CUDA-graph replay, as the anchors do, each of graph_calls captured calls on "
+            f"its own inputs, the L2 flushed before each replay (Note [device time by graph replay]; rows of runs "
+            f"before the thirty-first session have none); pct_bw_graph = floor / kforge_graph_us. kforge = "
             f"torch.compile(fn, backend=kforge), rest of the graph eager, after a template MCTS search of "
             f"`iterations` iterations (50 for the seed rows)."]
 
