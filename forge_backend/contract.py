@@ -113,10 +113,21 @@ class Launch:
 # A zeroed scratch costs a fill before every launch: a kernel of its own, about 2 us on the H200, which is 8% of a
 # 64 MB relay softmax. A buffer declared ``"persist": true`` is zeroed once, on its first launch in a stream, and
 # every later launch of the same launcher in that stream gets it back as the previous launch left it. The kernel
-# must leave it in a state its next launch accepts (the relay flips an epoch: relay.py). Under CUDA-graph capture
-# the buffer is fresh and zeroed inside the graph, so every replay starts from zero. The verifier runs a candidate
+# must leave it in a state its next launch accepts (the relay flips an epoch: relay.py). A launch captured into a
+# CUDA graph has a buffer of its own: Note [a persistent scratch in a CUDA graph]. The verifier runs a candidate
 # several times on one launcher, so a kernel that leaves a state its next launch misreads fails on wrong outputs.
 # The key is left out of the JSON when false, so earlier plans keep their identity.
+
+# Note [a persistent scratch in a CUDA graph]
+# A captured launch cannot use its stream's kept buffer: the graph may replay on any stream, interleaved with eager
+# launches that move the buffer's state on. Until the thirty-second session it took a fresh buffer zeroed inside the
+# graph, so the zero fill (a memset node) replayed before every launch: the cost persistence removes from eager
+# launches, which the thirty-first session's graph-replay timings showed on every relay row (1.6-3.1 us slower by
+# graph than by events). Now the launcher allocates each captured launch a buffer of its own with the driver, zeroed
+# at capture time on a side stream, outside the graph (launch.KeptBuffer.beside_a_capture), and keeps it as long as
+# itself. Replays then run the kernel alone, each starting from the state the previous replay left, which the
+# contract already requires a persistent kernel to accept. Two captured launches never share a buffer. Where the
+# driver refuses the side allocation during a capture, the launch falls back to the zero fill inside the graph.
 
 
 @dataclass(frozen=True)

@@ -41,10 +41,12 @@ def test_verifier_rejects_planted_kernel(name, card_fn, plan, check):
     assert not rep.ok and rep.failed_check == check, rep
 
 
-def test_a_persistent_scratch_is_kept_per_stream_and_zeroed_in_a_captured_graph():
+def test_a_persistent_scratch_is_kept_per_stream_and_per_captured_launch():
     """Note [scratch kept between launches]: count_launches adds to x the launches its scratch has seen. On one stream
-    the count goes on from launch to launch; another stream has its own buffer; a CUDA graph zeroes a fresh buffer
-    inside the graph, so every replay starts from zero, and the streams' buffers are untouched by it."""
+    the count goes on from launch to launch; another stream has its own buffer. Note [a persistent scratch in a CUDA
+    graph]: each launch captured into a graph has its own buffer, zeroed outside the graph, so the replays count on
+    from 0 (a zero fill inside the graph would make every replay read 0), two captured launches count apart, and the
+    streams' buffers are untouched by them."""
     card = unary_card("aten.relu.default", 1000)
     run = launcher("count_launches", card, COUNT_PLAN)
     x = torch.arange(1000, device=DEV, dtype=torch.float32) - 500  # integers: x + n - x is exactly n
@@ -56,13 +58,18 @@ def test_a_persistent_scratch_is_kept_per_stream_and_zeroed_in_a_captured_graph(
         (y,) = run([x])
     torch.cuda.current_stream().wait_stream(other)
     assert float((y - x).abs().max()) == 0.0
+    from torch._dynamo.utils import counters
+
+    counters.clear()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         (g,) = run([x])
-    for _ in range(2):
+        (h,) = run([x])
+    assert counters["kforge"]["graph_scratch_buffers"] == 2  # not the zero fill inside the graph
+    for n in range(3):
         graph.replay()
         torch.cuda.synchronize()
-        assert float((g - x).abs().max()) == 0.0
+        assert torch.equal(g - x, torch.full_like(x, float(n))) and torch.equal(h - x, torch.full_like(x, float(n)))
     assert torch.equal(run([x])[0] - x, torch.full_like(x, 3.0))
     (kept,) = run.kept_scratch().values()
     assert kept.view(torch.int32).item() == 4  # the default stream's buffer, shared with the tensor

@@ -71,6 +71,25 @@ class KeptBuffer:
         self._free = weakref.finalize(self, _free_device_memory, self.ptr)
         _check(drv.cuMemsetD8Async(self.ptr, 0, nbytes, stream), "cuMemsetD8Async")
 
+    @classmethod
+    def beside_a_capture(cls, nbytes: int, device: torch.device) -> "KeptBuffer":
+        """A buffer for a launch being captured into a CUDA graph, zeroed now and outside the graph (Note [a
+        persistent scratch in a CUDA graph]): allocated and zeroed on a stream of its own, which is not capturing,
+        with this thread's capture mode relaxed for those calls only. Raises RuntimeError where the driver refuses."""
+        drv = _driver()
+        relaxed = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        previous = _check(drv.cuThreadExchangeStreamCaptureMode(relaxed), "cuThreadExchangeStreamCaptureMode")
+        try:
+            side = _check(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+            try:
+                buf = cls(nbytes, int(side), device)
+                _check(drv.cuStreamSynchronize(side), "cuStreamSynchronize")
+            finally:
+                drv.cuStreamDestroy(side)
+        finally:
+            drv.cuThreadExchangeStreamCaptureMode(previous)
+        return buf
+
     def data_ptr(self) -> int:
         return self.ptr
 
@@ -142,6 +161,8 @@ class Launcher:
         self._lock = threading.Lock()
         self._has_persistent = any(s.persist for s in self.scratch)
         self._kept: dict[int, dict[str, KeptBuffer]] = {}  # stream -> its persistent scratch buffers
+        self._graph_kept: list[KeptBuffer] = []  # the persistent buffers of launches captured into CUDA graphs
+        self._graph_refused = False
         self._device_index = device.index if device.index is not None else torch.cuda.current_device()
         self._raise_smem_limits()
         self._validate_pointers()
@@ -213,8 +234,9 @@ class Launcher:
 
     def _scratch_buffers(self, stream: int) -> dict[str, torch.Tensor | KeptBuffer]:
         """This launch's scratch: fresh buffers (zeroed where the plan asks), and for a persistent one the stream's
-        own buffer, zeroed on its first launch there (Note [scratch kept between launches] in contract.py). Under
-        CUDA-graph capture a persistent buffer is fresh and zeroed in the graph: its zero fill replays with it."""
+        own buffer, zeroed on its first launch there (Note [scratch kept between launches] in contract.py). A launch
+        being captured into a CUDA graph gets a persistent buffer of its own, zeroed outside the graph, which its
+        replays keep (Note [a persistent scratch in a CUDA graph])."""
         capturing = self._has_persistent and torch.cuda.is_current_stream_capturing()
         kept = self._kept.setdefault(stream, {}) if self._has_persistent and not capturing else {}
         out: dict[str, torch.Tensor | KeptBuffer] = {}
@@ -223,10 +245,26 @@ class Launcher:
                 if s.name not in kept:
                     kept[s.name] = KeptBuffer(max(s.nbytes, 1), stream, self.device)
                 out[s.name] = kept[s.name]
+            elif s.persist and (graph_buffer := self._graph_buffer(max(s.nbytes, 1))) is not None:
+                out[s.name] = graph_buffer
             else:
                 out[s.name] = (torch.zeros if s.zero else torch.empty)(max(s.nbytes, 1), dtype=torch.uint8,
                                                                         device=self.device)
         return out
+
+    def _graph_buffer(self, nbytes: int) -> KeptBuffer | None:
+        """A persistent buffer for a launch being captured, kept as long as this launcher (the graph holds only its
+        address); None where the driver refused one, and the launch then zeroes a fresh buffer inside the graph."""
+        try:
+            buf = KeptBuffer.beside_a_capture(nbytes, self.device)
+        except RuntimeError as e:
+            if not self._graph_refused:
+                log.info("kforge: no scratch outside the CUDA graph (%s); it is zeroed inside the graph", e)
+            self._graph_refused = True
+            return None
+        self._graph_kept.append(buf)
+        counters["kforge"]["graph_scratch_buffers"] += 1
+        return buf
 
     def kept_scratch(self) -> dict[str, torch.Tensor]:
         """The current stream's persistent scratch buffers as the last launch left them (empty before the first),
