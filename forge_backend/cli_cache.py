@@ -270,7 +270,7 @@ def _cuda_available() -> bool:
 def _verify_gpu(console: Console, store: LocalStore, shipped: ShippedStore | None) -> int:
     """Re-verify every kernel record on this GPU; returns how many failed. Unavailable is not a failure."""
     try:
-        from .runtime.provider import reverify_record
+        from .runtime.provider import reverify_records
     except ImportError as e:
         console.print(f"GPU re-verification unavailable: {e}", markup=False)
         return 0
@@ -280,14 +280,18 @@ def _verify_gpu(console: Console, store: LocalStore, shipped: ShippedStore | Non
     records = [r for _, r in store.items() if r.decision == "kernel"]
     if shipped is not None:
         records += [r for k, r in shipped.items() if r.decision == "kernel" and k not in store]
-    failed = 0
-    for rec in records:
-        ok, message = reverify_record(rec)
+    failed = other = 0
+    for rec, ok, message in reverify_records(records):
+        if ok is None:  # made for another arch: nothing here can use it, so it is neither passed nor failed
+            other += 1
+            console.print(f"  skip {rec.key[:16]} {rec.signature.get('op')}: {message}", markup=False)
+            continue
         store.put(rec.replace(trusted=ok))  # a shipped record that passes becomes a trusted local copy
         failed += not ok
         console.print(f"  {'ok  ' if ok else 'FAIL'} {rec.key[:16]} {rec.signature.get('op')}: {message}",
                       markup=False)
-    console.print(f"GPU re-verification: {len(records) - failed} passed, {failed} failed", markup=False)
+    console.print(f"GPU re-verification: {len(records) - failed - other} passed, {failed} failed"
+                  + (f", {other} for another GPU arch skipped" if other else ""), markup=False)
     return failed
 
 

@@ -110,21 +110,26 @@ def test_verify_counts_and_gpu_unavailable(env, monkeypatch):
     assert r.exit_code == 1 and "1 ok, 1 corrupt" in r.output and "integrity mismatch" in r.output
 
 
-def test_verify_gpu_marks_records(env, monkeypatch):
+@pytest.mark.parametrize("ok,message,summary,trusted", [
+    (True, "3/3 trials within tolerance", "1 passed, 0 failed", True),
+    # made for another GPU arch: neither passed nor failed, and not copied into the local cache as trusted
+    (None, "made for sm_90; this GPU is sm_80", "0 passed, 0 failed, 1 for another GPU arch skipped", False),
+], ids=["passes", "another-arch"])
+def test_verify_gpu_marks_records(env, monkeypatch, ok, message, summary, trusted):
     import types
 
     import forge_backend.cli_cache as cli_cache
 
     fake = types.ModuleType("forge_backend.runtime.provider")
-    fake.reverify_record = lambda rec: (True, "3/3 trials within tolerance")
+    fake.reverify_records = lambda recs: ((rec, ok, message) for rec in recs)
     monkeypatch.setitem(sys.modules, "forge_backend.runtime.provider", fake)
     monkeypatch.setattr(cli_cache, "_cuda_available", lambda: True)
     with LocalStore(env["cache"]) as store:
         store.put(env["a"].replace(trusted=False))
     r = invoke("verify", "--cache-dir", env["cache"], "--gpu")
     assert r.exit_code == 0, r.output
-    assert "1 passed, 0 failed" in r.output
-    assert LocalStore(env["cache"]).get(env["a"].key).trusted is True
+    assert summary in r.output
+    assert LocalStore(env["cache"]).get(env["a"].key).trusted is trusted
 
 
 def test_export_then_import(env):

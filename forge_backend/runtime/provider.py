@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any, Iterable, Iterator
 
 from ..cards import OperatorCard
 from ..config import KforgeConfig
@@ -29,12 +30,31 @@ def default_provider(cfg: KforgeConfig):
     return CudaProvider.shared(cfg)
 
 
-def reverify_record(record) -> tuple[bool, str]:
-    """Re-verify a stored record's kernel on this GPU (used by ``kforge cache verify --gpu``)."""
+def reverify_records(records: Iterable[Any]) -> Iterator[tuple[Any, bool | None, str]]:
+    """Re-verify stored records' kernels on this GPU (``kforge cache verify --gpu``), yielding (record, ok, message)
+    as each finishes; ok is None for a record made for another arch, which no signature here can match. One worker
+    process serves them all: starting one costs seconds (it imports torch)."""
     import torch
 
     if not torch.cuda.is_available():
-        return False, "no CUDA GPU visible"
-    from .cuda_provider import reverify_record as _reverify
+        for rec in records:
+            yield rec, False, "no CUDA GPU visible"
+        return
+    from ..signature import arch_of
+    from .cuda_provider import reverify_record
+    from .worker import WorkerClient
 
-    return _reverify(record)
+    cfg = KforgeConfig.load()
+    device = torch.device("cuda", torch.cuda.current_device())
+    here = arch_of(device)
+    client = WorkerClient(cfg.cache_dir, device.index)
+    try:
+        for rec in records:
+            arch = rec.signature.get("arch")
+            if arch != here:
+                yield rec, None, f"made for {arch}; this GPU is {here}"
+                continue
+            ok, message = reverify_record(rec, client, cfg)
+            yield rec, ok, message
+    finally:
+        client.close()
