@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import platform
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -57,6 +59,14 @@ def name_matches(name: str, patterns: Sequence[str]) -> bool:
     unrelated names. A pattern that starts with ``=`` names one exactly ("=softmax [64,262144] bf16" leaves out the
     soft-capped and narrow cases whose names contain it)."""
     return not patterns or any(name == pat[1:] if pat.startswith("=") else pat in name for pat in patterns)
+
+
+def without_shipped_records() -> str:
+    """Point this process's kforge at an empty shipped-records folder, so a benchmark's first compile searches every
+    signature it misses instead of re-verifying kernels_cache/ (Note [a run that searches sees no shipped records] in
+    bench_models.py). Returns the folder."""
+    os.environ["KFORGE_SHIPPED_DIR"] = tempfile.mkdtemp(prefix="kforge-no-shipped-")
+    return os.environ["KFORGE_SHIPPED_DIR"]
 
 
 def log(msg: str) -> None:

@@ -18,11 +18,13 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo(tmp_path, monkeypatch):
-    """Every test starts with a clean Dynamo cache and its own kforge cache directory."""
-    monkeypatch.setenv("KFORGE_CACHE_DIR", str(tmp_path / "kforge-cache"))
+    """Every test starts with a clean Dynamo cache, its own kforge cache directory and no shipped records (the
+    repository's kernels_cache/ would otherwise answer a "cold" compile; tests of the shipped tier name their folder)."""
     for k in list(os.environ):
-        if k.startswith("KFORGE_") and k != "KFORGE_CACHE_DIR":
+        if k.startswith("KFORGE_"):
             monkeypatch.delenv(k)
+    monkeypatch.setenv("KFORGE_CACHE_DIR", str(tmp_path / "kforge-cache"))
+    monkeypatch.setenv("KFORGE_SHIPPED_DIR", str(tmp_path / "no-shipped-records"))
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
