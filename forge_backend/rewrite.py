@@ -104,7 +104,10 @@ def apply(gm: torch.fx.GraphModule, replacements: list[Replacement], direct: boo
             else:
                 for user in list(node.users):
                     # signature.used_outputs_of marks every output used when a user is not a getitem, so each
-                    # user here is getitem(node, i) with i in used
+                    # user here is getitem(node, i), with i in used unless nothing reads it
+                    if not user.users and user.args[1] not in used:  # Note [an output nothing reads is not used]
+                        graph.erase_node(user)
+                        continue
                     user.args = (call, used.index(user.args[1]))
         graph.erase_node(node)
         for member in reversed(r.group.members[:-1] if r.group is not None else ()):

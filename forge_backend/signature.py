@@ -221,15 +221,26 @@ def arch_of(device: torch.device) -> str:
 
 
 def used_outputs_of(node: torch.fx.Node, n_outputs: int) -> tuple[int, ...]:
+    """The outputs something reads (Note [an output nothing reads is not used])."""
     if n_outputs == 1:
         return (0,)
     used: set[int] = set()
     for user in node.users:
         if user.op == "call_function" and user.target is operator.getitem and isinstance(user.args[1], int):
-            used.add(user.args[1])
+            if user.users:
+                used.add(user.args[1])
         else:
             return tuple(range(n_outputs))  # consumed whole: every output counts
     return tuple(sorted(used))
+
+
+# Note [an output nothing reads is not used]
+# The eager path traces ATen without dead-code elimination, so a multi-output op keeps a getitem for an output
+# nothing reads (group norm's mean and rstd in inference); AOTAutograd's graph, which the Inductor path sees, has
+# dropped it. Counting such a getitem as a use gave one op two signatures: the VAE's group norms were searched once
+# per path, and a prewarm (which captures as the eager path does) served the Inductor path none of them (thirty-second
+# session: its seven group norms missed after a prewarm of the model). A getitem with no users is not a use; the
+# rewrite erases it with the node it read.
 
 
 def _meta_val(x: Any) -> Any:

@@ -282,6 +282,26 @@ def test_kernels_get_inputs_in_their_signature_layout(inner, model, op, calls):
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
 
+def test_both_paths_ask_for_one_signature_of_a_norm_whose_stats_nothing_reads():
+    """Note [an output nothing reads is not used]: the eager path's graph keeps getitems of the group norm's mean and
+    rstd that nothing reads; they are not uses, so its signature is the Inductor path's (and a prewarm, which
+    captures as the eager path does, serves both)."""
+    from forge_backend.inspect_model import RecordingProvider
+
+    m, x = ResnetBlock().eval(), torch.randn(2, 32, 16, 16)
+    keys = {}
+    for inner in ("eager", "inductor"):
+        provider = RecordingProvider()
+        torch._dynamo.reset()
+        with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=False), \
+                torch._functorch.config.patch(enable_autograd_cache=False):
+            torch.compile(m, backend=make_backend(provider), options={"inner": inner, "search": "off"})(x)
+        norms = [c for c in provider.cards if c.op == "aten.native_group_norm.default"]
+        assert norms and all(c.signature_obj().used_outputs == (0,) for c in norms)
+        keys[inner] = {c.key for c in norms}
+    assert keys["eager"] == keys["inductor"]
+
+
 def test_layout_key_ignores_size_one_dims_and_tells_layouts_apart():
     from forge_backend.signature import TensorSpec, layout_key_of
 
