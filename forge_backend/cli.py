@@ -194,3 +194,7 @@ def _print_prewarm_table(results) -> None:
 
 def _num(v) -> str:
     return f"{v:.1f}" if v else ""
+
+
+if __name__ == "__main__":  # ``python -m forge_backend.cli`` ran nothing and returned 0 before this
+    main()

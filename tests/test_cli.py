@@ -188,3 +188,17 @@ def test_prewarm_times_each_kernel_against_inductor_and_keeps_it_in_the_record(t
 def test_prewarm_for_the_eager_inner_does_not_time_inductor(tmp_path):
     results, client, stored = _searched_softmax(tmp_path, "eager")
     assert client.asked == 0 and results[0].inductor_us is None and "inductor_us" not in stored.timings
+
+
+@pytest.mark.parametrize("module", ["forge_backend", "forge_backend.cli"])
+def test_the_command_line_runs_as_a_module(module):
+    """`python -m forge_backend[.cli] ...` is the kforge command, not a silent no-op that returns 0."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", module, "prewarm", "--help"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "--iterations" in r.stdout, r.stdout + r.stderr
+    bad = subprocess.run([sys.executable, "-m", module, "no-such-command"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode != 0
