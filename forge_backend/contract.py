@@ -122,8 +122,8 @@ class Launch:
 # A captured launch cannot use its stream's kept buffer: the graph may replay on any stream, interleaved with eager
 # launches that move the buffer's state on. Until the thirty-second session it took a fresh buffer zeroed inside the
 # graph, so the zero fill (a memset node) replayed before every launch: the cost persistence removes from eager
-# launches, which the thirty-first session's graph-replay timings showed on every relay row (1.6-3.1 us slower by
-# graph than by events). Now the launcher allocates each captured launch a buffer of its own with the driver, zeroed
+# launches, which the thirty-first session's graph-replay timings showed on the relay rows (0.2-3.1 us slower by graph
+# than by events). Now the launcher allocates each captured launch a buffer of its own with the driver, zeroed
 # at capture time on a side stream, outside the graph (launch.KeptBuffer.beside_a_capture), and keeps it as long as
 # itself. Replays then run the kernel alone, each starting from the state the previous replay left, which the
 # contract already requires a persistent kernel to accept. Two captured launches never share a buffer. Where the

@@ -24,8 +24,8 @@ durations the profiler (CUPTI) records for the device work each call queues, sum
 the launch. It flatters small calls the other way: a kernel's time ends with its last store, which the 50 MB L2
 may still hold, so a 64 MiB row can run faster than its floor (the copy above: 101%); and in ops runs AA and AB five
 of Inductor's calls read 0.8-2.4% more by kernel time than by events (their medians come from separate repeats, with
-the profiler running). Event time stays the measure the benchmarks' targets are judged by; kernel time says how much
-of a gap is the kernel's own.
+the profiler running). Kernel time says how much of a gap is the kernel's own; the targets are judged by event time
+and by graph replay (next Note).
 
 Note [device time by graph replay]
 The anchors (../shared/anchors/README.md, "the numbers to beat") time eager and Inductor by CUDA-graph replay: 20

@@ -254,12 +254,13 @@ class Launcher:
 
     def _graph_buffer(self, nbytes: int) -> KeptBuffer | None:
         """A persistent buffer for a launch being captured, kept as long as this launcher (the graph holds only its
-        address); None where the driver refused one, and the launch then zeroes a fresh buffer inside the graph."""
+        address); None once the driver refused one, and the launch then zeroes a fresh buffer inside the graph."""
+        if self._graph_refused:
+            return None
         try:
             buf = KeptBuffer.beside_a_capture(nbytes, self.device)
         except RuntimeError as e:
-            if not self._graph_refused:
-                log.info("kforge: no scratch outside the CUDA graph (%s); it is zeroed inside the graph", e)
+            log.info("kforge: no scratch outside the CUDA graph (%s); it is zeroed inside the graph", e)
             self._graph_refused = True
             return None
         self._graph_kept.append(buf)
