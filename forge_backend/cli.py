@@ -102,6 +102,7 @@ def prewarm(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] or pa
     from .config import KforgeConfig
     from .inspect_model import model_cards
     from .store.local import LocalStore
+    from .store.shipped import ShippedStore
 
     options = {k: v for k, v in {"proposer": proposer, "min_share": min_share, "cache_dir": cache_dir,
                                  "families": families or None}.items() if v is not None}
@@ -117,10 +118,12 @@ def prewarm(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] or pa
     device = torch.device("cuda", torch.cuda.current_device())
     cards_ = [c for c in found.cards if c.arch.startswith("sm_")]
     store = LocalStore(cfg.cache_dir)
-    items = pw.plan(cards_, pw.profile_cards(cards_, device), cfg, store, force=force)
-    todo = [i for i in items if i.status == "search"]
+    items = pw.plan(cards_, pw.profile_cards(cards_, device), cfg, store, force=force, shipped=ShippedStore())
+    todo = [i for i in items if i.status in ("search", "shipped")]
     n_gpus = gpus or torch.cuda.device_count()
-    console.print(f"{len(todo)} to search on {n_gpus} GPU(s), {sum(i.status == 'cached' for i in items)} cached, "
+    console.print(f"{sum(i.status == 'search' for i in items)} to search and "
+                  f"{sum(i.status == 'shipped' for i in items)} shipped to re-verify on {n_gpus} GPU(s), "
+                  f"{sum(i.status == 'cached' for i in items)} cached, "
                   f"{sum(i.status.startswith('skipped') for i in items)} skipped; cache {cfg.cache_dir}")
     results = {i.card.key: pw.cached_result(i, store) for i in items if i.status == "cached"}
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
@@ -134,7 +137,9 @@ def prewarm(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] or pa
 
         def on_done(r: pw.PrewarmResult) -> None:
             results[r.card.key] = r
-            bar.update(tasks[r.card.key], completed=iterations, status=f"{r.decision} ({r.seconds:.0f}s)")
+            bar.update(tasks[r.card.key], completed=iterations,
+                       status=f"{r.decision}{' (shipped, re-verified)' if r.status == 'shipped' else ''} "
+                              f"({r.seconds:.0f}s)")
 
         try:
             pw.run(items, cfg, iterations, seconds_per_op, n_gpus, on_progress, on_done)
@@ -180,7 +185,7 @@ def _print_prewarm_table(results) -> None:
         pct = f"{100 * r.floor_us / r.kforge_us:.0f}%" if r.kforge_us and r.floor_us else ""
         table.add_row(_label(r.card), f"{r.share:.1%}", _num(r.eager_us), _num(r.kforge_us),
                       f"{r.speedup:.2f}x" if r.speedup else "", f"{r.vs_inductor:.2f}x" if r.vs_inductor else "",
-                      pct, r.decision or r.status,
+                      pct, f"{r.decision} (shipped)" if r.status == "shipped" else r.decision or r.status,
                       str(r.iterations or ""), str(r.tokens or ""), f"{r.cost_usd:.4f}" if r.cost_usd else "",
                       f"{r.expected_gain:.1%}" if r.expected_gain else "")
     console.print(table)

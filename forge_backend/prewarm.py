@@ -4,8 +4,9 @@ Plan: capture the model's cards; profile each signature's eager time on the GPU 
 to get its share of the model's operator time; skip signatures already decided in the cache (so a rerun resumes
 where an interrupted one stopped), those without a template family (unless the LLM proposes), and those under
 ``min_share``; then search the rest, biggest share first, one search worker per GPU. Each finished search is
-stored at once, so Ctrl-C loses only the search in flight. With ``inner="inductor"`` (the default) each kernel
-found is also timed against Inductor's own single op, as the first compile would otherwise do (Note [the baseline
+stored at once, so Ctrl-C loses only the search in flight. A signature that kforge ships a record for
+(Note [a shipped record in a prewarm]) is re-verified on this GPU instead of searched. With ``inner="inductor"``
+(the default) each kernel found is also timed against Inductor's own single op, as the first compile would otherwise do (Note [the baseline
 inside Inductor]), so that compile finds the time in the record and the final table shows it.
 """
 from __future__ import annotations
@@ -24,13 +25,23 @@ from .config import KforgeConfig
 
 log = logging.getLogger("kforge")
 
+# Note [a shipped record in a prewarm]
+# kernels_cache/ ships records measured on another machine of the same arch (store/shipped.py). A first compile takes
+# such a record after re-verifying its kernel on this GPU (cuda_provider._use_record); a prewarm that read only the
+# local cache searched those signatures again, seconds each, to find what ships. So plan() marks a signature that
+# the local cache lacks and the shipped tier holds as "shipped", and run() re-verifies that record in the worker of
+# a search (the verifier every candidate passes, on fresh inputs) and stores it locally as trusted, as the compile
+# would. A record that fails is searched like any miss. ``force`` searches everything, shipped or not. The result
+# carries the record's timings, measured where it was made; its reason, the times re-measured here.
+
 
 @dataclass
 class PlanItem:
     card: OperatorCard
     eager_us: float
     share: float  # of the summed eager time of all candidate signatures x occurrences
-    status: str  # "search" | "cached" | "skipped: <why>"
+    status: str  # "search" | "cached" | "shipped" | "skipped: <why>"
+    shipped: object | None = None  # the shipped KernelRecord of a "shipped" item
 
 
 @dataclass
@@ -98,8 +109,10 @@ def _eager_us(timer, card: OperatorCard, inputs: list) -> float:
     return timer.time(lambda: call_aten(sig, inputs), warmup=3, repeats=10).median_us
 
 
-def plan(cards: list[OperatorCard], eager_us: dict[str, float], cfg: KforgeConfig, store, force: bool = False
-         ) -> list[PlanItem]:
+def plan(cards: list[OperatorCard], eager_us: dict[str, float], cfg: KforgeConfig, store, force: bool = False,
+         shipped=None) -> list[PlanItem]:
+    """Each card's share of the profiled time and what run() does with it; ``shipped`` (a ShippedStore or None) is
+    the tier of Note [a shipped record in a prewarm]."""
     from .runtime.search_runner import has_template
 
     total = sum(eager_us[c.key] * c.occurrences for c in cards) or 1.0
@@ -108,35 +121,42 @@ def plan(cards: list[OperatorCard], eager_us: dict[str, float], cfg: KforgeConfi
         share = eager_us[c.key] * c.occurrences / total
         c.baselines_us["eager"] = eager_us[c.key]
         c.time_share = share
+        found = None if force or shipped is None else shipped.get(c.key)
         if not force and store.get(c.key) is not None:
             status = "cached"
+        elif found is not None:
+            status = "shipped"
         elif share < cfg.min_share:
             status = f"skipped: {share:.2%} of the time is under min_share {cfg.min_share:.2%}"
         elif cfg.proposer == "templates" and not has_template(c):
             status = "skipped: no template family covers this op"
         else:
             status = "search"
-        items.append(PlanItem(c, eager_us[c.key], share, status))
+        items.append(PlanItem(c, eager_us[c.key], share, status, found if status == "shipped" else None))
     return sorted(items, key=lambda i: -i.share)
 
 
 def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_op: float, gpus: int,
         on_progress: Callable[[Progress], None] | None = None,
         on_done: Callable[[PrewarmResult], None] | None = None,
-        search: Callable | None = None, make_client: Callable[[int], object] | None = None) -> list[PrewarmResult]:
-    """Search every item marked "search", ``gpus`` at a time (one worker process per GPU). ``search`` and
-    ``make_client`` default to the real search and worker; tests inject fakes."""
+        search: Callable | None = None, make_client: Callable[[int], object] | None = None,
+        reverify: Callable | None = None) -> list[PrewarmResult]:
+    """Search every item marked "search" and re-verify every item marked "shipped" (searching it if its record
+    fails), ``gpus`` at a time (one worker process per GPU). ``search``, ``make_client`` and ``reverify`` default to
+    the real search, worker and re-verification; tests inject fakes."""
     from .store.local import LocalStore
 
     if search is None:
         from .runtime.search_runner import run_search as search
+    if reverify is None:
+        from .runtime.cuda_provider import reverify_record as reverify
     if make_client is None:
         from .runtime.worker import WorkerClient
 
         def make_client(gpu: int) -> object:
             return WorkerClient(cfg.cache_dir, gpu)
 
-    todo = [i for i in items if i.status == "search"]
+    todo = [i for i in items if i.status in ("search", "shipped")]
     results: list[PrewarmResult] = []
     store = LocalStore(cfg.cache_dir)
     lock = threading.Lock()
@@ -156,11 +176,15 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
                                          p.best_pct_roofline, spent["tokens"], spent["cost_usd"]))
 
             started = time.time()
-            out = search(item.card, cfg, clients[gpu], store, iterations, seconds_per_op, on_progress=progress)
-            res = _result(item, out)
-            if cfg.inner == "inductor":
+            res = _take_shipped(item, cfg, clients[gpu], store, reverify) if item.status == "shipped" else None
+            if res is None:
+                out = search(item.card, cfg, clients[gpu], store, iterations, seconds_per_op, on_progress=progress)
+                res = _result(item, out)
+            if cfg.inner == "inductor" and res.inductor_us is None:
                 res.inductor_us = _inductor_time(item.card, store, clients[gpu])
             res.gpu, res.started, res.finished = gpu, started, time.time()
+            if res.status == "shipped":
+                res.seconds = res.finished - started
         finally:
             with lock:
                 free.append(gpu)
@@ -176,6 +200,23 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
         for c in clients.values():
             c.close()
     return results
+
+
+def _take_shipped(item: PlanItem, cfg: KforgeConfig, client, store, reverify) -> PrewarmResult | None:
+    """Note [a shipped record in a prewarm]: the item's shipped record re-verified on this GPU and stored locally as
+    trusted, as a result; None (logged) when it fails, so the caller searches."""
+    rec = item.shipped
+    ok, why = reverify(rec, client, cfg)
+    if not ok:
+        log.warning("kforge: the shipped record of %s failed re-verification on this GPU (%s); searching it",
+                    item.card.op, why)
+        return None
+    rec = rec.marked(source="local", trusted=True, reverified=True)
+    store.put(rec)
+    t = rec.timings
+    return PrewarmResult(item.card, item.share, "shipped", t.get("eager_us"), t.get("kforge_us"), t.get("floor_us"),
+                         t.get("speedup_vs_eager"), rec.decision, reason=f"shipped, re-verified here: {why}",
+                         inductor_us=t.get("inductor_us"))
 
 
 def _inductor_time(card: OperatorCard, store, client) -> float | None:

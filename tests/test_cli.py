@@ -202,3 +202,72 @@ def test_the_command_line_runs_as_a_module(module):
     bad = subprocess.run([sys.executable, "-m", module, "no-such-command"], capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode != 0
+
+
+class FakeShipped:
+    """The shipped tier: read-only records, returned untrusted as ShippedStore returns them."""
+
+    def __init__(self, records):
+        self.records = {r.key: r.marked(source="shipped", trusted=False) for r in records}
+
+    def get(self, key):
+        return self.records.get(key)
+
+
+def _shipped_softmax(tmp_path, verdict):
+    """A prewarm of one softmax signature that the local cache lacks and kforge ships; ``verdict`` is what its
+    re-verification on this GPU answers. Returns the results, the searches run and the local record after."""
+    from types import SimpleNamespace
+
+    from forge_backend.prewarm import run as run_prewarm
+    from forge_backend.store.local import LocalStore
+    from test_store import make_record
+
+    shipped = make_record()
+    card = shipped.card_obj()
+    cfg = KforgeConfig.load({"cache_dir": str(tmp_path), "inner": "eager"}, env={})
+    items = plan([card], {card.key: 5.3}, cfg, FakeStore([]), shipped=FakeShipped([shipped]))
+    assert [i.status for i in items] == ["shipped"]
+    searched, asked = [], []
+
+    def fake_search(card_, cfg_, client, store, iterations, seconds, on_progress=None):
+        searched.append(card_.key)
+        found = make_record()
+        found = found.replace(timings={**found.timings, "kforge_us": 3.9, "speedup_vs_eager": 1.36})
+        store.put(found)
+        rec = SimpleNamespace(nodes=[], eager_us=5.3, floor_us=0.17, iterations=4, iterations_to_best=2, reason="")
+        return SimpleNamespace(result=SimpleNamespace(record=rec), seconds=0.0, record=found)
+
+    def fake_reverify(record, client, cfg_):
+        asked.append((record.key, record.trusted))
+        return verdict
+
+    results = run_prewarm(items, cfg, 4, 10.0, gpus=1, search=fake_search, make_client=FakeClient,
+                          reverify=fake_reverify)
+    assert asked == [(card.key, False)]  # the shipped record, untrusted, went to the GPU's verifier
+    return results, searched, LocalStore(tmp_path).get(card.key)
+
+
+def test_prewarm_takes_a_shipped_record_that_reverifies_instead_of_searching(tmp_path):
+    results, searched, local = _shipped_softmax(tmp_path, (True, "verified; 4.0 us, 1.3x eager"))
+    assert searched == [] and results[0].status == "shipped" and results[0].decision == "kernel"
+    assert "4.0 us" in results[0].reason
+    assert local.trusted and local.source == "local" and local.timings["kforge_us"] == 4.1  # kept, as compiles do
+
+
+def test_prewarm_searches_a_shipped_record_that_fails_reverification(tmp_path):
+    results, searched, local = _shipped_softmax(tmp_path, (False, "values: max_rel_err 0.5"))
+    assert len(searched) == 1 and results[0].status == "searched" and results[0].speedup == 1.36
+    assert local.timings["kforge_us"] == 3.9  # the search's record, not the shipped one
+
+
+def test_prewarm_plan_prefers_the_local_cache_and_force_ignores_shipped():
+    from test_store import make_record
+
+    rec = make_record()
+    card = rec.card_obj()
+    cfg = KforgeConfig.load({}, env={})
+    tier = FakeShipped([rec])
+    assert plan([card], {card.key: 1.0}, cfg, FakeStore([card.key]), shipped=tier)[0].status == "cached"
+    assert plan([card], {card.key: 1.0}, cfg, FakeStore([]), shipped=tier, force=True)[0].status == "search"
+    assert plan([card], {card.key: 1.0}, cfg, FakeStore([]), shipped=None)[0].status == "search"

@@ -159,3 +159,16 @@ def test_main_writes_the_table(tmp_path):
     text = targets.main(["--ops", str(ops), "--models", str(models), "--out", str(tmp_path / "t.md")])
     assert text.count("| met |") == len(text.splitlines()) - 2
     assert (tmp_path / "t.md").read_text().endswith(text)
+
+
+def test_a_models_ratio_is_the_median_of_its_paired_rounds():
+    """Note [the estimator of a model's ratio]: a drift between rounds moves the ratio of medians, not the paired
+    median; the verdict follows the paired median either way, and a row without rounds keeps the ratio of medians."""
+    rows = every_setting()
+    resnet = next(r for r in rows if r["model"] == "resnet50")
+    resnet.update(kforge_inductor_ms=2.2, kforge_inductor_vs_inductor_range=[0.7, 1.004, 1.3])  # medians: 0.909x
+    v = model_verdicts(rows)["kforge+Inductor >= Inductor on all four models"]
+    assert v.met and f"resnet50 {resnet['setting']} 1.004x (ratio of medians 0.909)" in v.detail
+    resnet.update(kforge_inductor_ms=1.8, kforge_inductor_vs_inductor_range=[0.7, 0.99, 1.3])  # medians: 1.111x
+    assert not model_verdicts(rows)["kforge+Inductor >= Inductor on all four models"].met
+    assert targets.inductor_ratio({"inductor_ms": 2.0, "kforge_inductor_ms": 1.6}) == 1.25
