@@ -299,6 +299,8 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
             "cold_compile_s": cold, "warm_compile_s": kf_warm, "inductor_compile_s": ind_compile,
             "inductor_warm_compile_s": ind_warm, "replaced_ops": sum(len(r.replaced) for r in reports),
             "kernels_beating_eager": beating, "replaced_keys": sorted(keys),
+            # conv + batch norm chains folded on the Inductor path (Note [a batch norm folded into its convolution])
+            "folded_convs": sum(r.folded for r in inductor_reports),
             "max_rel_err": max(rel_err(out_e, ref), rel_err(out_i, ref)),
             "kforge_eager_rel_err": rel_err(out_e, ref), "kforge_inductor_rel_err": rel_err(out_i, ref),
             "inductor_rel_err": rel_err(out_ind, ref),  # Inductor's own distance from eager, for scale

@@ -171,6 +171,16 @@ def bench_row(row, timer, bw, cache_dir: Path, iterations: int, device,
 # also times, in the same run and with the same timer, a copy that moves the row's bytes (copy_us), and pct_copy =
 # copy_us / kforge_us says how close the kernel comes to that. It is context for pct_bw, which stays the target's
 # measure.
+# The copy's speed depends on its size, not only on its bytes' count: a copy of a power of two plus a few KB (a group
+# norm row's bytes: its input and output plus weight and bias) runs slower than the power of two. Measured on the
+# H200 (thirty-third session, benchmarks/probe_copy_sizes.py, results/h200/probe_session33_copy_sizes.json, three
+# rounds alternating, kernel time then graph replay): 64 MiB 15.3-15.6 us against 19.1-19.3 with 4 KB more (graph
+# 17.6-17.8 against 26.1), 96 MiB 22.5-22.6 against 25.3-25.5 (25.7-25.8 against 38.1-38.3), 256 MiB 61.7-62.0
+# against 64.8-65.3 (64.5 against 98.7-98.8), with the source and destination as far apart in both. So on the group
+# norm rows copy_us and copy_graph_us understate how fast the same bytes can move (runs AC, AD: the anomaly the
+# thirty-second session saw), and pct_copy there flatters the kernel; pct_bw and pct_bw_graph divide the 2 GiB copy's
+# floor and are unaffected. Why the softmax [1, 16, 4096, 4096] rows' copy ran slow by graph replay (1 GiB, a power
+# of two) is not explained.
 
 
 _SEEN: set[str] = set()

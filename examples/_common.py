@@ -184,8 +184,13 @@ def print_reports(reports: Sequence[Any]) -> None:
           f"{sum(r.seconds for r in reports):.1f} s planning/searching")
     for f in fallbacks:
         print(f"  fallback: {f}")
-    if not rows:
+    folded = sum(getattr(r, "folded", 0) for r in reports)
+    if folded:
+        print(f"  {folded} convolution + batch norm chains folded into one cuDNN call each (fold_conv_bn)")
+    if not rows and not folded:
         print("  no operator replaced (no verified kernel beat eager by the margin, or the search is off)")
+        return
+    if not rows:
         return
     print(f"  {'operator':<36} {'key':<14} {'nodes':>5} {'speedup':>8}")
     for (op, key, speedup), n in sorted(rows.items(), key=lambda kv: (kv[0][0], -(kv[0][2] or 0.0))):

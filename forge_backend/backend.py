@@ -51,6 +51,7 @@ class CompileReport:
     replaced: list[tuple[str, str, float | None]] = field(default_factory=list)  # (op, key, speedup)
     groups: int = 0  # groups among the candidates: "kforge.pointwise", "kforge.softmax", "kforge.norm" (fuse_* options)
     fused_overloads: set[str] = field(default_factory=set)  # the ATen overloads inside replaced softmax/norm groups
+    folded: int = 0  # conv + batch norm chains folded (Note [a batch norm folded into its convolution], conv_fold.py)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     fallback: str | None = None
     seconds: float = 0.0
@@ -130,14 +131,18 @@ def _inductor_mode(mode: str | None, cfg: KforgeConfig) -> dict[str, Any]:
 def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: KforgeConfig,
              provider: KernelProvider | None, on_report: Callable[[CompileReport], None] | None) -> Callable:
     report = CompileReport()
+    original = gm
     if _needs_backward(gm, example_inputs):
         log.info("kforge: graph needs a backward pass; passing it through unchanged (inner=%s)", cfg.inner)
         report.fallback = "backward"
         _emit(report, on_report)
         return _run_inner(gm, example_inputs, cfg)
     try:
+        folded = _fold_conv_bn(gm, cfg, report)
         if cfg.inner == "inductor":  # compile_fx may mutate its input: keep gm intact for the fallback
-            return _compile_with_inductor(_copy_module(gm), example_inputs, cfg, provider, on_report)
+            return _compile_with_inductor(folded if folded is not gm else _copy_module(gm), example_inputs, cfg,
+                                          provider, on_report, report)
+        gm = folded  # the fallback below keeps the caller's graph: Note [the user's model never breaks]
         traced = _trace_in_place(gm, example_inputs)
         if traced is not None:
             return _rewrite_or_keep(traced, cfg, provider, report, on_report).forward
@@ -151,7 +156,30 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: Kforg
         counters["kforge"]["graph_fallback"] += 1
         log.warning("kforge: graph capture failed (%s: %s); running the graph with plain PyTorch (inner=%s)",
                     type(e).__name__, e, cfg.inner)
-        return _run_inner(gm, example_inputs, cfg)
+        return _run_inner(original, example_inputs, cfg)
+
+
+def _fold_conv_bn(gm: torch.fx.GraphModule, cfg: KforgeConfig, report: CompileReport) -> torch.fx.GraphModule:
+    """A copy of Dynamo's graph with its conv + batch norm chains folded (Note [a batch norm folded into its
+    convolution] in conv_fold.py), or ``gm`` itself when there are none or ``fold_conv_bn`` is off."""
+    if not cfg.fold_conv_bn:
+        return gm
+    from .conv_fold import fold_conv_bn, has_candidates
+
+    if not has_candidates(gm):
+        return gm
+    if cfg.inner == "inductor" and torch._inductor.config.triton.cudagraphs:
+        log.info("kforge: fold_conv_bn does not run under CUDA graphs yet (Note [a batch norm folded into its "
+                 "convolution]); nothing folded")
+        report.skipped.append(("kforge::conv_bn_act", "not under CUDA graphs"))
+        return gm
+    copy = _copy_module(gm)
+    report.folded, refused = fold_conv_bn(copy)
+    report.skipped += [("kforge::conv_bn_act", why) for why in refused]
+    if not report.folded:
+        return gm
+    counters["kforge"]["folded_conv_bn"] += report.folded
+    return copy
 
 
 def _trace_in_place(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> torch.fx.GraphModule | None:
@@ -316,8 +344,11 @@ def _decomp_table_without(dropped: tuple[str, ...]) -> _DecompTable:
 
 def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: KforgeConfig,
                            provider: KernelProvider | None,
-                           on_report: Callable[[CompileReport], None] | None) -> Callable:
-    """Note [kforge inside Inductor]
+                           on_report: Callable[[CompileReport], None] | None,
+                           before: CompileReport | None = None) -> Callable:
+    """``before``: what was done to Dynamo's graph before this compile (its folds), carried into the report.
+
+    Note [kforge inside Inductor]
     Inductor decomposes softmax and the norms before its inner compiler sees the graph, and re-tracing an ATen graph
     with Inductor's decompositions breaks views whose strides the decompositions change. So kforge runs *inside*
     Inductor's own trace: the overloads kforge may replace are taken out of Inductor's decomposition table, and the
@@ -384,6 +415,9 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
         attempt_report.fallback = attempt_report.fallback or fallback
         attempt_report.seconds += spent
         attempt_report.gate = _carried(gate, attempt_report.gate)
+        if before is not None:
+            attempt_report.folded = before.folded
+            attempt_report.skipped = before.skipped + attempt_report.skipped
         _log_kept(attempt_report.gate)
         _emit(attempt_report, on_report)  # one report per graph: the attempt that compiled it
         if attempt_report.cached:
@@ -507,7 +541,8 @@ def _plan_and_rewrite(gm: torch.fx.GraphModule, cfg: KforgeConfig, provider: Ker
         log.info("kforge: fuse_pointwise applies with inner='eager' only; Inductor fuses pointwise ops itself")
     found = scan(gm, cfg.families, cfg.inner, fuse=cfg.fuse_pointwise and cfg.inner == "eager",
                  fuse_softmax=cfg.fuse_softmax, fuse_norm=cfg.fuse_norm)
-    report.ops_seen, report.candidates, report.skipped = found.ops_seen, len(found.candidates), found.skipped
+    report.ops_seen, report.candidates = found.ops_seen, len(found.candidates)
+    report.skipped = report.skipped + found.skipped  # after the folds refused (_fold_conv_bn)
     report.groups = sum(1 for c in found.candidates if c.group is not None)
     if not found.candidates:
         return

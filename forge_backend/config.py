@@ -26,6 +26,10 @@ fuse_softmax       KFORGE_FUSE_SOFTMAX       ``True``: a softmax takes the point
 fuse_norm          KFORGE_FUSE_NORM          ``True``: a layer/rms norm takes the pointwise ops after it (adaLN's
                                              modulation) into one kernel
                                              (Note [a norm takes its epilogue] in norm_fusion.py)
+fold_conv_bn       KFORGE_FOLD_CONV_BN       ``False``: in inference, a convolution's batch norm (and a ReLU, or a
+                                             residual add and a ReLU, after it) folded into one cuDNN call in
+                                             channels-last; less GPU time, more host time, not under CUDA graphs
+                                             (Note [a batch norm folded into its convolution] in conv_fold.py)
 check              KFORGE_CHECK              ``False``: compare every kernel call with PyTorch's op on the same
                                              inputs and log disagreements (slow; see check.py)
 min_share          KFORGE_MIN_SHARE          ``0.0``: skip signatures under this share of GPU time
@@ -87,6 +91,7 @@ class KforgeConfig:
     fuse_pointwise: bool = False  # off until measured on a GPU (Note [pointwise groups] in fusion.py)
     fuse_softmax: bool = True  # Note [a softmax takes its neighbours] in softmax_fusion.py
     fuse_norm: bool = True  # Note [a norm takes its epilogue] in norm_fusion.py
+    fold_conv_bn: bool = False  # Note [a batch norm folded into its convolution] in conv_fold.py: slower by wall time
     check: bool = False
     min_share: float = 0.0
     llm_model: str = ""

@@ -84,6 +84,21 @@ def test_resnet_bottleneck_pool_replaced():
     assert provider.calls[MEAN] == 1  # the global average pool reaches the graph as mean over H, W
 
 
+@pytest.mark.parametrize("inner", ["eager", "inductor"])
+def test_resnet_bottleneck_with_its_batch_norms_folded(inner):
+    """fold_conv_bn (Note [a batch norm folded into its convolution]): every conv + batch norm chain of transformers'
+    bottleneck ResNet folds, and the model still matches eager."""
+    provider, reports = CpuProvider(DEFAULT_OPS), []
+    model, inputs = tiny_resnet()
+    with torch.no_grad():
+        expected = model(*inputs)
+        got = torch.compile(model, backend=make_backend(provider, reports.append),
+                            options={"inner": inner, "fold_conv_bn": True})(*inputs)
+    torch.testing.assert_close(got, expected, **TOL[inner])
+    assert sum(r.folded for r in reports) == 9  # the stem, 2 blocks x 3 and 2 shortcuts
+    assert [r.fallback for r in reports if r.fallback] == []
+
+
 @pytest.mark.slow
 def test_resnet_bottleneck_with_inductor_inner():
     provider, _ = run_kforge(*tiny_resnet(), inner="inductor")

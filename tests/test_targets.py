@@ -128,6 +128,7 @@ def test_a_row_that_ran_inductors_own_kernels_is_marked_and_still_judged_by_its_
     assert targets.inductors_own(resnet)
     for changed in ({"kforge_inductor_counters": {"replaced_nodes": 1, "fused_groups": 0}},
                     {"launches_per_forward": {"inductor": 131.0, "kforge_inductor": 129.0}},
+                    {"kforge_inductor_counters": {"replaced_nodes": 0, "fused_groups": 0, "folded_conv_bn": 53}},
                     {"kforge_inductor_counters": {}}):
         assert not targets.inductors_own(resnet | changed)
 

@@ -1,0 +1,64 @@
+"""Host time per call of the pieces of kforge::conv_bn_act (Note [a batch norm folded into its convolution]).
+
+    python benchmarks/probe_fold_host.py
+
+ResNet-50's folded model ran 1.07 ms of GPU time by graph replay at fp16 batch 32 but 6.4 ms of wall time a forward
+(examples/resnet50.py), so something on the host costs about 100 us a call. This times, per call, with the GPU kept
+idle enough not to matter (batch 1, one 1x1 convolution of ResNet's first stage): aten.convolution,
+cudnn_convolution_relu and cudnn_convolution_add_relu called directly, the fold cache's lookup, and the custom op
+whole, each as the median of 5 runs of 200 calls between synchronisations.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+
+def per_call_us(fn, calls: int = 200, runs: int = 5) -> float:
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        out.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(out)
+
+
+def main() -> None:
+    from forge_backend import conv_fold
+
+    cl, dt, dev = torch.channels_last, torch.float16, "cuda"
+    x = torch.randn(1, 256, 56, 56, device=dev, dtype=dt).contiguous(memory_format=cl)
+    w = torch.randn(64, 256, 1, 1, device=dev, dtype=dt).contiguous(memory_format=cl)
+    z = torch.randn(1, 64, 56, 56, device=dev, dtype=dt).contiguous(memory_format=cl)
+    b = torch.randn(64, device=dev, dtype=dt)
+    g, bb, m, v = (torch.rand(64, device=dev, dtype=dt) + 0.5 for _ in range(4))
+    a = ([1, 1], [0, 0], [1, 1], 1)
+    aten = torch.ops.aten
+    rows = {
+        "aten.convolution": lambda: aten.convolution(x, w, b, *a[:3], False, [0, 0], 1),
+        "cudnn_convolution_relu": lambda: aten.cudnn_convolution_relu(x, w, b, *a),
+        "cudnn_convolution_add_relu": lambda: aten.cudnn_convolution_add_relu(x, w, z, 1.0, b, *a),
+        "fold cache lookup": lambda: conv_fold._FOLDS.get((w, None, g, bb, m, v), 1e-5, dt),
+        "kforge::conv_bn_act relu": lambda: torch.ops.kforge.conv_bn_act(x, w, None, g, bb, m, v, 1e-5, None, True,
+                                                                         *a),
+        "kforge::conv_bn_act add relu": lambda: torch.ops.kforge.conv_bn_act(x, w, None, g, bb, m, v, 1e-5, z, True,
+                                                                             *a),
+        "torch.relu (a launch)": lambda: torch.relu(z),
+    }
+    for name, fn in rows.items():
+        print(f"{name:32s} {per_call_us(fn):8.1f} us a call", flush=True)
+    torch.backends.cudnn.benchmark = True
+    print("with torch.backends.cudnn.benchmark = True:")
+    for name in ("cudnn_convolution_relu", "cudnn_convolution_add_relu"):
+        print(f"{name:32s} {per_call_us(rows[name]):8.1f} us a call", flush=True)
+
+
+if __name__ == "__main__":
+    main()

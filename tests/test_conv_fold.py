@@ -1,0 +1,158 @@
+"""Note [a batch norm folded into its convolution] (forge_backend/conv_fold.py) on the CPU: which chains of Dynamo's
+graph fold, that the folded model matches eager on both paths, that folds are kept while the weights stay and
+recomputed when they change, and that a group failing verification stays unfused. The fold is opt-in
+(``fold_conv_bn=True``): the Note says why."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from forge_backend import conv_fold
+from forge_backend.backend import make_backend
+from forge_backend.conv_fold import find_groups, fold_conv_bn
+
+ON = {"fold_conv_bn": True}
+
+
+class Block(nn.Module):
+    """A bottleneck-like block: conv-bn-relu, conv-bn + identity then relu (in place, as torchvision writes it), then
+    a strided conv-bn with no ReLU."""
+
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        self.conv2, self.bn2 = nn.Conv2d(c, c, 1, bias=True), nn.BatchNorm2d(c)
+        self.conv3, self.bn3 = nn.Conv2d(c, 2 * c, 3, stride=2, bias=False), nn.BatchNorm2d(2 * c)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        out += x
+        out = self.relu(out)
+        return self.bn3(self.conv3(out))
+
+
+def block() -> nn.Module:
+    torch.manual_seed(0)
+    m = Block().eval()
+    for bn in (m.bn1, m.bn2, m.bn3):  # statistics far from the identity, so a wrong fold shows
+        bn.running_mean.uniform_(-0.3, 0.3)
+        bn.running_var.uniform_(0.4, 1.6)
+        bn.weight.data.uniform_(0.5, 1.5)
+        bn.bias.data.uniform_(-0.5, 0.5)
+    return m
+
+
+def dynamo_graph(model: nn.Module, *inputs: torch.Tensor) -> torch.fx.GraphModule:
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    with torch.no_grad():
+        torch.compile(model, backend=capture)(*inputs)
+    assert len(graphs) == 1
+    return graphs[0]
+
+
+def test_the_three_chains_of_a_block_are_found_with_their_tails():
+    gm = dynamo_graph(block(), torch.randn(2, 8, 9, 9))
+    groups = find_groups(gm)
+    assert [len(g.nodes) for g in groups] == [3, 4, 2]  # conv bn relu; conv bn add relu; conv bn
+    relu, residual = [g.args[9] for g in groups], [g.args[8] for g in groups]
+    assert relu == [True, True, False] and residual[0] is None and residual[2] is None
+    assert residual[1].op == "placeholder"  # the block's input
+    assert [g.args[10:] for g in groups] == [([1, 1], [1, 1], [1, 1], 1), ([1, 1], [0, 0], [1, 1], 1),
+                                             ([2, 2], [0, 0], [1, 1], 1)]
+
+
+@pytest.mark.parametrize("inner", ["eager", "inductor"])
+def test_a_folded_block_matches_eager_and_returns_channels_last(inner):
+    m, x = block(), torch.randn(2, 8, 9, 9)
+    reports = []
+    with torch.no_grad():
+        expected = m(x)
+        got = torch.compile(m, backend=make_backend(on_report=reports.append), options=ON | {"inner": inner})(x)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    assert reports[-1].folded == 3 and got.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_off_by_default_folds_nothing():
+    m, x = block(), torch.randn(2, 8, 9, 9)
+    reports = []
+    with torch.no_grad():
+        torch.compile(m, backend=make_backend(on_report=reports.append), options={"inner": "eager"})(x)
+    assert reports[-1].folded == 0
+
+
+def test_folds_are_kept_while_the_weights_stay_and_redone_when_they_change():
+    m, x = block(), torch.randn(2, 8, 9, 9)
+    with torch.no_grad():
+        f = torch.compile(m, backend=make_backend(), options=ON | {"inner": "eager"})
+        f(x)
+        before = conv_fold._FOLDS.computed
+        f(x)
+        assert conv_fold._FOLDS.computed == before  # three chains, three kept folds
+        m.bn1.running_var.mul_(3.0)  # an in-place update bumps the version
+        m.conv3.weight.add_(0.5)
+        torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-5)
+        assert conv_fold._FOLDS.computed == before + 2
+
+
+def test_chains_that_must_not_fold_are_left_alone():
+    class Odd(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4)
+            self.conv2, self.bn2 = nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4)
+            self.conv3, self.bn3 = nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4)
+
+        def forward(self, x, bias):
+            c = self.conv(x)
+            y = self.bn(c) + c  # the conv has two users
+            z = torch.relu(self.bn2(self.conv2(x)) + bias)  # a broadcast residual: the norm folds, the add stays
+            w = x.add_(self.bn3(self.conv3(x)))  # an add into x, not into the norm's output: not a residual
+            return y, z, w
+
+    groups = find_groups(dynamo_graph(Odd().eval(), torch.randn(1, 4, 5, 5), torch.randn(4, 1, 1)))
+    assert [len(g.nodes) for g in groups] == [2, 2]  # conv2-bn2 and conv3-bn3, each without its add
+    assert all(g.args[8] is None and g.args[9] is False for g in groups)
+
+
+def test_training_mode_batch_norm_is_not_folded():
+    m, x = block().train(), torch.randn(2, 8, 9, 9)
+    with torch.no_grad():
+        gm = dynamo_graph(m, x)
+    assert find_groups(gm) == []
+
+
+def test_a_group_failing_verification_stays_unfused(monkeypatch):
+    """The verifier compares the folded op with PyTorch's unfused ops: make the reference disagree and nothing
+    folds, each refusal saying why, and the compiled model still matches eager."""
+    monkeypatch.setattr(conv_fold, "reference", lambda *a: torch.zeros(1))
+    m, x = block(), torch.randn(2, 8, 9, 9)
+    gm = dynamo_graph(m, x)
+    folded, refused = fold_conv_bn(gm)
+    assert folded == 0 and len(refused) == 3
+    assert all("output" in why or "max_rel_err" in why for why in refused)
+    reports = []
+    with torch.no_grad():
+        got = torch.compile(m, backend=make_backend(on_report=reports.append), options=ON | {"inner": "eager"})(x)
+        torch.testing.assert_close(got, m(x))
+    assert reports[-1].folded == 0 and any(op == "kforge::conv_bn_act" for op, _ in reports[-1].skipped)
+
+
+def test_the_op_checks_under_opcheck():
+    """The custom op's fake (channels-last strides, conv arithmetic) agrees with its real outputs."""
+    g = torch.Generator().manual_seed(0)
+    args = (torch.randn(2, 4, 7, 6, generator=g), torch.randn(6, 4, 3, 3, generator=g), torch.randn(6, generator=g),
+            torch.rand(6, generator=g) + 0.5, torch.randn(6, generator=g), torch.randn(6, generator=g),
+            torch.rand(6, generator=g) + 0.5, 1e-5, None, True, [2, 1], [1, 0], [1, 2], 1)
+    torch.library.opcheck(torch.ops.kforge.conv_bn_act.default, args,
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
+    out = torch.ops.kforge.conv_bn_act(*args)
+    torch.testing.assert_close(out, conv_fold.reference(*args), rtol=1e-4, atol=1e-5)
+    assert out.is_contiguous(memory_format=torch.channels_last)
