@@ -138,18 +138,19 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: Kforg
         _emit(report, on_report)
         return _run_inner(gm, example_inputs, cfg)
     try:
-        folded = _fold_conv_bn(gm, cfg, report)
+        folded, refresher = _fold_conv_bn(gm, example_inputs, cfg, report)
         if cfg.inner == "inductor":  # compile_fx may mutate its input: keep gm intact for the fallback
-            return _compile_with_inductor(folded if folded is not gm else _copy_module(gm), example_inputs, cfg,
-                                          provider, on_report, report)
+            return _refreshed(_compile_with_inductor(folded if folded is not gm else _copy_module(gm),
+                                                       example_inputs, cfg, provider, on_report, report), refresher)
         gm = folded  # the fallback below keeps the caller's graph: Note [the user's model never breaks]
         traced = _trace_in_place(gm, example_inputs)
         if traced is not None:
-            return _rewrite_or_keep(traced, cfg, provider, report, on_report).forward
+            return _refreshed(_rewrite_or_keep(traced, cfg, provider, report, on_report).forward, refresher)
         from torch._functorch.aot_autograd import aot_module_simplified
 
         fw = functools.partial(_forward_compiler, cfg=cfg, provider=provider, report=report, on_report=on_report)
-        return aot_module_simplified(gm, list(example_inputs), fw_compiler=fw, decompositions={})
+        return _refreshed(aot_module_simplified(gm, list(example_inputs), fw_compiler=fw, decompositions={}),
+                          refresher)
     except Exception as e:  # Note [the user's model never breaks]
         if cfg.strict:
             raise
@@ -159,27 +160,33 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: Kforg
         return _run_inner(original, example_inputs, cfg)
 
 
-def _fold_conv_bn(gm: torch.fx.GraphModule, cfg: KforgeConfig, report: CompileReport) -> torch.fx.GraphModule:
+def _fold_conv_bn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: KforgeConfig,
+                  report: CompileReport) -> tuple[torch.fx.GraphModule, Any]:
     """A copy of Dynamo's graph with its conv + batch norm chains folded (Note [a batch norm folded into its
-    convolution] in conv_fold.py), or ``gm`` itself when there are none or ``fold_conv_bn`` is off."""
+    convolution] in conv_fold.py) and the Refresher its compiled form must run before each call; ``gm`` itself and
+    None when there are none or ``fold_conv_bn`` is off."""
     if not cfg.fold_conv_bn:
-        return gm
+        return gm, None
     from .conv_fold import fold_conv_bn, has_candidates
 
     if not has_candidates(gm):
-        return gm
-    if cfg.inner == "inductor" and torch._inductor.config.triton.cudagraphs:
-        log.info("kforge: fold_conv_bn does not run under CUDA graphs yet (Note [a batch norm folded into its "
-                 "convolution]); nothing folded")
-        report.skipped.append(("kforge::conv_bn_act", "not under CUDA graphs"))
-        return gm
+        return gm, None
     copy = _copy_module(gm)
-    report.folded, refused = fold_conv_bn(copy)
-    report.skipped += [("kforge::conv_bn_act", why) for why in refused]
+    report.folded, refused, refresher = fold_conv_bn(copy, example_inputs)
+    report.skipped += [("conv + batch norm fold", why) for why in refused]
     if not report.folded:
-        return gm
+        return gm, None
     counters["kforge"]["folded_conv_bn"] += report.folded
-    return copy
+    return copy, refresher
+
+
+def _refreshed(fn: Callable, refresher: Any) -> Callable:
+    """``fn`` with the folds' Refresher run before each call (conv_fold.with_refresh), or ``fn`` without one."""
+    if refresher is None:
+        return fn
+    from .conv_fold import with_refresh
+
+    return with_refresh(fn, refresher)
 
 
 def _trace_in_place(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> torch.fx.GraphModule | None:

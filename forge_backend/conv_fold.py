@@ -12,49 +12,51 @@ ResNet-50 at batch 32 folded this way in channels-last ran 1.067 ms against Indu
 to channels-last itself), so the op here always works in channels-last: its output is channels-last, and the next
 folded convolution takes it as it is.
 
-By wall time it loses, so it is off by default (``fold_conv_bn``). examples/resnet50.py fp16_b32 with every one of the
-53 chains folded through Inductor: 6.38 ms a forward against Inductor's 3.42 (same run, results/h200/
-example_session33_resnet_fold.log). That host spent about 45 us of Python and cuDNN host work on each convolution
-call, Inductor's and ours alike, so ResNet-50 is host-bound there (Inductor: 3.4 ms of wall time for 1.5 of GPU
-work), and this op added about 50 us a call on top of its cuDNN call (benchmarks/probe_fold_host.py: the custom op
-92-104 us a call against cudnn_convolution_relu's 49 and aten.convolution's 45; the fold cache's lookup 5). What
-would make it pay: the folded weights kept as graph constants refreshed once a forward (no Python per call), an op
-registration with less dispatch than ``torch.library.custom_op``, and CUDA graphs (``mode="reduce-overhead"``), where
-the GPU time is the wall time. Under CUDA graphs it does not run yet: Inductor's CUDA-graph trees warm up inside
-their memory pool, and a fold kept from there is an allocation the trees refuse (the GPU test caught it), so a
-compile with CUDA graphs on folds nothing.
+Through Inductor, with the constants below (no Python per convolution), examples/resnet50.py ran faster than Inductor
+by wall time in the same run (H200, thirty-third session, median of 20 calls after 5): fp16 batch 32 3.25 ms against
+3.43 (1.05x), fp32 batch 32 2.91 against 4.01 (1.38x) (results/h200/example_session33_resnet_fold2_*.log). It is
+still off by default (``fold_conv_bn``): the model benchmark (bench_models.py, every setting, warm compile included)
+has not run with it, and the verdicts in models.json come from that benchmark.
 
 The pass runs on Dynamo's graph, before any trace, on graphs that need no backward: a ``conv2d`` whose only user is a
 ``batch_norm`` with ``training=False``, then optionally a ReLU, or an add of another tensor of the same shape and a
-ReLU (ResNet's bottleneck end), each link the only user of the one before, become one ``kforge::conv_bn_act`` call.
-Both paths see the op as opaque: ``inner="eager"`` calls it, Inductor calls it as an extern kernel. Each group's
-signature (shapes, dtypes, stride, padding, dilation, groups, the tail) is verified once per compile on fresh random
-inputs and random norm statistics against PyTorch's unfused ops (``verify_group``); a group that fails or raises stays
-unfused. On with ``fold_conv_bn=True``.
+ReLU (ResNet's bottleneck end), each link the only user of the one before, become, on a CUDA device with cuDNN, one
+``aten.cudnn_convolution_relu`` or ``aten.cudnn_convolution_add_relu`` call (``aten.convolution`` with the bias for a
+chain without a ReLU) on the input in channels-last and the folded weight and bias; elsewhere (the CPU smoke tests) the
+plain convolution, add and ReLU on the folded weight and bias. Both paths trace these as ATen ops (Note [meta kernels
+for cuDNN's fused convolutions]); Inductor calls the cuDNN ones as extern kernels. Each group's signature (shapes,
+dtypes, stride, padding, dilation, groups, the tail) is first verified on fresh random inputs and random norm
+statistics, computed as the graph will compute it (``folded_call``), against PyTorch's unfused ops
+(``verify_group``); a group that fails or raises stays unfused. On with ``fold_conv_bn=True``.
 
-Folding costs a few small kernels, so the folded weight and bias are kept (``_Folds``) while the six tensors they come
-from are the same objects at the same versions (``Tensor._version``, which every in-place update bumps): a model
-whose weights are updated in place gets them folded again. An update through ``.data`` bypasses the version counter
-and is not seen, as with any cache keyed on versions. A fold computed while a CUDA graph is being captured is not
-kept (its memory belongs to the graph's pool). Not on CUDA (the CPU smoke tests), the op computes the same folded
-convolution with PyTorch's plain ops, so the rewrite is exercised everywhere.
+The folded weight and bias are buffers of the graph, folded at compile time from the example inputs (the model's
+parameters and running statistics). Before each call of the compiled graph a ``Refresher`` checks that the six
+tensors each group was folded from are the same objects at the same versions (``Tensor._version``, which every
+in-place update bumps) and folds again, into the same buffers, the groups whose sources changed; so a model whose
+weights are loaded or updated after the compile computes with the new ones, and compiled code and CUDA graphs that
+hold the buffers see them. An update through ``.data`` bypasses the version counter and is not seen, as with any
+cache keyed on versions. No Python runs per convolution; the Refresher's checks (six tensors a group, once a forward)
+are inside the example's times above, not measured apart. With Inductor's ``freezing`` on, Inductor would take the
+buffers as constants of its own and a refresh would not reach them. On the eager path the constants make the
+in-place trace fall back to AOTAutograd's (Note [the eager path keeps in-place updates] in backend.py).
 
-``_FOLDS`` is process-wide for the reason REGISTRY is (registry.py): torch's dispatcher calls the op by name, so the
-state it keeps must be reachable from the op.
+The first version (4d2809d) was a ``torch.library.custom_op`` that folded per call through a cache: 92-104 us of host
+time a call against cuDNN's 49 (benchmarks/probe_fold_host.py), which made ResNet-50 fp16 batch 32 take 6.38 ms a
+forward against Inductor's 3.42 (results/h200/example_session33_resnet_fold.log), and Inductor's CUDA-graph trees
+refused the folds it kept (an allocation made in their pool during warm-up).
 """
 from __future__ import annotations
 
 import logging
 import math
 import operator
-import weakref
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.fx
 import torch.nn.functional as F
+from torch._dynamo.utils import counters
 
 log = logging.getLogger("kforge")
 
@@ -63,44 +65,6 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # max |out - ref| / max |ref| a folded group may differ from PyTorch's unfused ops by (fp32 convolutions use TF32 in
 # cuDNN by default, as PyTorch's own do)
 TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 4e-2, torch.float32: 1e-2}
-
-
-@dataclass
-class _Fold:
-    refs: tuple
-    versions: tuple
-    weight: torch.Tensor
-    bias: torch.Tensor
-
-
-class _Folds:
-    """Folded (weight, bias) per group of source tensors, kept while they are the same objects at the same versions;
-    at most ``size`` entries, least recently used dropped first."""
-
-    def __init__(self, size: int = 1024) -> None:
-        self.size = size
-        self.entries: OrderedDict[tuple, _Fold] = OrderedDict()
-        self.computed = 0
-
-    def get(self, sources: tuple, eps: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        key = tuple(id(t) for t in sources) + (eps, dtype)
-        versions = tuple(-1 if t is None else t._version for t in sources)
-        hit = self.entries.get(key)
-        if hit is not None and hit.versions == versions and all(
-                (r is None and t is None) or (r is not None and r() is t) for r, t in zip(hit.refs, sources)):
-            self.entries.move_to_end(key)
-            return hit.weight, hit.bias
-        weight, bias = fold(*sources, eps, dtype)
-        self.computed += 1
-        if not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
-            refs = tuple(None if t is None else weakref.ref(t) for t in sources)
-            self.entries[key] = _Fold(refs, versions, weight, bias)
-            while len(self.entries) > self.size:
-                self.entries.popitem(last=False)
-        return weight, bias
-
-
-_FOLDS = _Folds()
 
 
 def fold(weight: torch.Tensor, conv_bias: Optional[torch.Tensor], bn_weight: Optional[torch.Tensor],
@@ -128,51 +92,56 @@ def _out_shape(x: torch.Tensor, weight: torch.Tensor, stride, padding, dilation)
     return tuple(size)
 
 
-def _channels_last(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    return torch.empty(shape, dtype=dtype, device=device, memory_format=_CL)
-
-
 def _cl_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     """The strides ``torch.empty(shape, memory_format=torch.channels_last)`` has, without allocating it."""
     n, c, h, w = shape
     return (h * w * c, 1, w * c, c)
 
 
-def _cudnn(x: torch.Tensor) -> bool:
-    return x.is_cuda and torch.backends.cudnn.is_available() and torch.backends.cudnn.enabled
+def cudnn_fusable(device: torch.device) -> bool:
+    """Whether a folded group on ``device`` takes cuDNN's fused calls (else PyTorch's plain ops)."""
+    return device.type == "cuda" and torch.backends.cudnn.is_available() and torch.backends.cudnn.enabled
 
 
-@torch.library.custom_op("kforge::conv_bn_act", mutates_args=())
-def conv_bn_act(x: torch.Tensor, weight: torch.Tensor, conv_bias: Optional[torch.Tensor],
-                bn_weight: Optional[torch.Tensor], bn_bias: Optional[torch.Tensor], running_mean: torch.Tensor,
-                running_var: torch.Tensor, eps: float, residual: Optional[torch.Tensor], relu: bool,
-                stride: list[int], padding: list[int], dilation: list[int], groups: int) -> torch.Tensor:
-    """relu?(conv(x, weight, conv_bias) -> batch_norm (inference) [+ residual]) in channels-last: Note [a batch norm
-    folded into its convolution]."""
-    w, b = _FOLDS.get((weight, conv_bias, bn_weight, bn_bias, running_mean, running_var), eps, x.dtype)
-    x = x.contiguous(memory_format=_CL)
-    if residual is not None and not relu:
-        raise ValueError("kforge::conv_bn_act takes a residual only with the ReLU after it")
-    if _cudnn(x) and residual is not None:
-        out = torch.ops.aten.cudnn_convolution_add_relu(x, w, residual.contiguous(memory_format=_CL), 1.0, b,
-                                                        stride, padding, dilation, groups)
-    elif _cudnn(x) and relu:
-        out = torch.ops.aten.cudnn_convolution_relu(x, w, b, stride, padding, dilation, groups)
-    else:
-        out = torch.ops.aten.convolution(x, w, b, stride, padding, dilation, False, [0, 0], groups)
+# Note [meta kernels for cuDNN's fused convolutions]
+# ATen registers ``cudnn_convolution_relu`` and ``cudnn_convolution_add_relu`` for CUDA only: no meta kernel, so fake
+# tensors (make_fx, AOTAutograd, Inductor) could not trace a graph that calls them. These are theirs: the output shape
+# of the convolution, in channels-last (cuDNN lays the output out as its inputs, and a folded group's weight is
+# channels-last: ATen's cudnn_conv_suggest_memory_format). Registered once, where none is.
+_META = torch.library.Library("aten", "IMPL")
+
+
+def _meta_relu(x, weight, bias, stride, padding, dilation, groups):
+    return torch.empty(_out_shape(x, weight, stride, padding, dilation), dtype=x.dtype, device=x.device,
+                       memory_format=_CL)
+
+
+def _meta_add_relu(x, weight, z, alpha, bias, stride, padding, dilation, groups):
+    return _meta_relu(x, weight, bias, stride, padding, dilation, groups)
+
+
+for _name, _fn in (("cudnn_convolution_relu", _meta_relu), ("cudnn_convolution_add_relu", _meta_add_relu)):
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{_name}", "Meta"):
+        _META.impl(_name, _fn, "Meta")
+
+
+def folded_call(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, residual: Optional[torch.Tensor],
+                relu: bool, stride: list[int], padding: list[int], dilation: list[int], groups: int,
+                cudnn: bool) -> torch.Tensor:
+    """What a folded group computes, op for op as the pass writes it into the graph (``_emit``): with ``cudnn``, one
+    fused cuDNN call in channels-last; else the plain convolution, add and ReLU."""
+    aten = torch.ops.aten
+    if cudnn:
+        x = x.contiguous(memory_format=_CL)
         if residual is not None:
-            out = out + residual
+            return aten.cudnn_convolution_add_relu(x, weight, residual.contiguous(memory_format=_CL), 1.0, bias,
+                                                   stride, padding, dilation, groups)
         if relu:
-            out = torch.relu(out)
-    if out.stride() != _cl_strides(tuple(out.shape)):  # the exact strides the fake promised (Inductor checks them)
-        out = _channels_last(tuple(out.shape), out.dtype, out.device).copy_(out)
-    return out
-
-
-@conv_bn_act.register_fake
-def _(x, weight, conv_bias, bn_weight, bn_bias, running_mean, running_var, eps, residual, relu, stride, padding,
-      dilation, groups):
-    return _channels_last(_out_shape(x, weight, stride, padding, dilation), x.dtype, x.device)
+            return aten.cudnn_convolution_relu(x, weight, bias, stride, padding, dilation, groups)
+    out = aten.convolution(x, weight, bias, stride, padding, dilation, False, [0, 0], groups)
+    if residual is not None:
+        out = aten.add(out, residual)
+    return aten.relu(out) if relu else out
 
 
 def reference(x, weight, conv_bias, bn_weight, bn_bias, mean, var, eps, residual, relu, stride, padding, dilation,
@@ -199,7 +168,8 @@ _ADD_METHOD = {"add", "add_"}
 
 @dataclass
 class Group:
-    """One foldable chain of Dynamo's graph and the arguments of its ``kforge::conv_bn_act`` call."""
+    """One foldable chain of Dynamo's graph: its nodes and (x, weight, conv bias, norm weight, norm bias, mean, var,
+    eps, residual, relu, stride, padding, dilation, groups)."""
 
     nodes: list[torch.fx.Node]  # conv, norm[, add], [relu], in graph order
     args: tuple
@@ -315,8 +285,9 @@ def _signature(group: Group) -> tuple:
 
 
 def verify_group(group: Group, seed: int = 0) -> str | None:
-    """None if the folded op matches PyTorch's unfused ops on fresh random inputs and norm statistics (twice, the
-    second run agreeing with the first, the inputs unchanged after); else why not."""
+    """None if the group folded, computed as the graph will compute it (``folded_call``), matches PyTorch's unfused
+    ops on fresh random inputs and norm statistics (twice, the second run agreeing with the first, the inputs
+    unchanged after); else why not."""
     vals = [_value(a) if isinstance(a, torch.fx.Node) else a for a in group.args]
     x, w = vals[0], vals[1]
     g = torch.Generator(device="cpu").manual_seed(seed)
@@ -334,58 +305,183 @@ def verify_group(group: Group, seed: int = 0) -> str | None:
     args[5], args[6] = rand(vals[5], -0.2, 0.2), rand(vals[6], 0.5, 1.5)
     args[8] = rand(vals[8], -1.0, 1.0)
     kept = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    cudnn = cudnn_fusable(x.device)
     try:
         with torch.no_grad():
-            first = conv_bn_act(*args)
-            second = conv_bn_act(*args)
+            w_f, b_f = fold(*args[1:8], x.dtype)
+            call = (args[0], w_f, b_f, args[8], args[9], *args[10:14], cudnn)
+            first, second = folded_call(*call), folded_call(*call)
             ref = reference(*args)
     except Exception as e:  # a cuDNN configuration it refuses: the group stays unfused
         return f"{type(e).__name__}: {str(e)[:200]}"
-    finally:
-        _FOLDS.entries.clear()  # the random tensors' folds: never used again
-    if not all(a is b or torch.equal(a, b) for a, b in zip(args, kept) if isinstance(a, torch.Tensor)):
+    if not all(torch.equal(a, b) for a, b in zip(args, kept) if isinstance(a, torch.Tensor)):
         return "an input changed"
-    if first.shape != ref.shape or first.stride() != _cl_strides(tuple(ref.shape)):
-        return f"output {tuple(first.shape)} strides {first.stride()} against {tuple(ref.shape)} channels-last"
+    if first.shape != ref.shape or (cudnn and first.stride() != _cl_strides(tuple(ref.shape))):
+        return f"output {tuple(first.shape)} strides {first.stride()} against {tuple(ref.shape)}"
     if not torch.isfinite(first).all():
         return "non-finite output"
-    err = float((first.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6))
+    scale = float(ref.abs().max().clamp_min(1e-6))
+    err = float((first.float() - ref).abs().max()) / scale
     if err > TOLERANCE[x.dtype]:
         return f"max_rel_err {err:.2e} over {TOLERANCE[x.dtype]:.0e}"
-    if not torch.allclose(first, second, rtol=0, atol=0) and float((first - second).abs().max()) > \
-            TOLERANCE[x.dtype] * float(ref.abs().max()):
+    if float((first.float() - second.float()).abs().max()) > TOLERANCE[x.dtype] * scale:
         return "a second run disagrees"
     return None
 
 
-def fold_conv_bn(gm: torch.fx.GraphModule) -> tuple[int, list[str]]:
-    """Replace each verified group of Dynamo's graph ``gm`` with one ``kforge::conv_bn_act`` call, in place.
-    Returns how many were folded and why the others were not."""
+@dataclass
+class _Source:
+    """Where a folded constant's source tensor comes from at run time: the graph's input ``index``, or ``tensor``
+    itself (a constant of the graph)."""
+
+    index: int | None
+    tensor: torch.Tensor | None
+
+
+@dataclass
+class _Constants:
+    """One folded group's weight and bias, kept on the graph, and what they were folded from."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor
+    sources: tuple[_Source | None, ...]  # weight, conv bias, norm weight, norm bias, mean, var
+    eps: float
+    seen: list  # the source tensors last folded, and their versions
+    versions: list[int]
+
+
+class Refresher:
+    """Note [a batch norm folded into its convolution]: before each call of the compiled graph, every group whose
+    source tensors are other objects or at other versions than when it was folded is folded again, into the same
+    constants (so compiled code and CUDA graphs that hold them see the new values)."""
+
+    def __init__(self, groups: list[_Constants]) -> None:
+        self.groups = groups
+        self.refolds = 0
+
+    def __call__(self, args: Any) -> None:
+        for g in self.groups:
+            now = [None if s is None else args[s.index] if s.index is not None else s.tensor for s in g.sources]
+            if all(a is b for a, b in zip(now, g.seen)) and \
+                    [-1 if t is None else t._version for t in now] == g.versions:
+                continue
+            with torch.no_grad():
+                w, b = fold(*now, g.eps, g.weight.dtype)
+                g.weight.copy_(w)
+                g.bias.copy_(b)
+            g.seen, g.versions = now, [-1 if t is None else t._version for t in now]
+            self.refolds += 1
+            counters["kforge"]["conv_bn_refolds"] += 1
+
+
+def with_refresh(fn: Callable, refresher: Refresher | None) -> Callable:
+    """``fn`` with ``refresher`` run on its arguments first, called as Dynamo calls ``fn``: positionally, or with one
+    list where ``fn`` takes its arguments boxed."""
+    if refresher is None:
+        return fn
+    boxed = getattr(fn, "_boxed_call", False)
+
+    def run(*args: Any) -> Any:
+        if boxed and len(args) == 1 and isinstance(args[0], list):
+            refresher(args[0])
+            return fn(args[0])
+        refresher(args)
+        return fn(*args)
+
+    if boxed:
+        run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
+def _emit(gm: torch.fx.GraphModule, group: Group, weight: str, bias: str, cudnn: bool) -> torch.fx.Node:
+    """The group's nodes as ``folded_call`` computes it, before its tail; returns the last."""
+    g, aten = gm.graph, torch.ops.aten
+    x, residual, relu = group.args[0], group.args[8], group.args[9]
+    stride, padding, dilation, groups = group.args[10:14]
+    with g.inserting_before(group.tail):
+        w, b = g.get_attr(weight), g.get_attr(bias)
+        if cudnn:
+            x = g.call_method("contiguous", (x,), {"memory_format": _CL})
+            if residual is not None:
+                z = g.call_method("contiguous", (residual,), {"memory_format": _CL})
+                return g.call_function(aten.cudnn_convolution_add_relu.default,
+                                       (x, w, z, 1.0, b, stride, padding, dilation, groups))
+            if relu:
+                return g.call_function(aten.cudnn_convolution_relu.default, (x, w, b, stride, padding, dilation, groups))
+        out = g.call_function(aten.convolution.default, (x, w, b, stride, padding, dilation, False, [0, 0], groups))
+        if residual is not None:
+            out = g.call_function(aten.add.Tensor, (out, residual))
+        return g.call_function(aten.relu.default, (out,)) if relu else out
+
+
+def _source(node: Any, gm: torch.fx.GraphModule, inputs: dict[torch.fx.Node, int],
+            example_inputs: Sequence[Any]) -> tuple[_Source | None, torch.Tensor | None]:
+    """Where ``node``'s tensor comes from at run time, and its value now (None, None for no tensor; raises
+    LookupError for a source that is neither an input nor a constant of the graph)."""
+    if node is None:
+        return None, None
+    if node in inputs and isinstance(example_inputs[inputs[node]], torch.Tensor):
+        return _Source(inputs[node], None), example_inputs[inputs[node]]
+    if node.op == "get_attr":
+        t = getattr(gm, node.target, None)
+        if isinstance(t, torch.Tensor):
+            return _Source(None, t), t
+    raise LookupError(f"{node.name} is not an input or a constant of the graph")
+
+
+def _add_constant(gm: torch.fx.GraphModule, name: str, t: torch.Tensor) -> None:
+    """``t`` as a buffer of Dynamo's graph ``gm``. AOTAutograd lifts a Dynamo graph's buffers as static inputs and
+    asks each for its Dynamo source (``_param_name_to_source``): a folded constant has none in the user's program, so
+    it gets a ``ConstantSource`` of its own name, which nothing guards on (the Refresher keeps it current)."""
+    gm.register_buffer(name, t)
+    sources = getattr(gm, "_param_name_to_source", None)
+    if sources is not None:
+        from torch._dynamo.source import ConstantSource
+
+        gm._param_name_to_source = {**sources, name: ConstantSource(f"__kforge_{name}")}  # the copy's own dict
+
+
+def fold_conv_bn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[int, list[str], Refresher | None]:
+    """Replace each verified group of Dynamo's graph ``gm`` (called with ``example_inputs``) by its folded form, in
+    place: the folded weight and bias become buffers of ``gm``. Returns how many were folded, why the others were not,
+    and the Refresher the compiled graph must run before each call (None when nothing folded)."""
+    inputs = {n: i for i, n in enumerate(gm.graph.find_nodes(op="placeholder"))}
     verdicts: dict[tuple, str | None] = {}
-    folded, refused = 0, []
-    renamed: dict[torch.fx.Node, torch.fx.Node] = {}  # a folded group's tail -> its call, for the groups after it
+    refused: list[str] = []
+    constants: list[_Constants] = []
+    renamed: dict[torch.fx.Node, torch.fx.Node] = {}  # a folded group's tail -> its last node, for the groups after
     for group in find_groups(gm):
         group.args = tuple(renamed.get(a, a) if isinstance(a, torch.fx.Node) else a for a in group.args)
+        try:
+            found = [_source(group.args[i], gm, inputs, example_inputs) for i in range(1, 7)]
+        except LookupError as e:
+            refused.append(f"{group.nodes[0].name}: {e}")
+            continue
         sig = _signature(group)
         if sig not in verdicts:
             verdicts[sig] = verify_group(group, seed=len(verdicts))
             if verdicts[sig] is None:
                 verdicts[sig] = verify_group(group, seed=len(verdicts) + 1)
-        why = verdicts[sig]
-        if why is not None:
-            refused.append(f"{group.nodes[0].name}: {why}")
+        if verdicts[sig] is not None:
+            refused.append(f"{group.nodes[0].name}: {verdicts[sig]}")
             continue
-        with gm.graph.inserting_before(group.tail):
-            new = gm.graph.call_function(torch.ops.kforge.conv_bn_act.default, group.args)
-        new.meta.update(group.tail.meta)
+        now = [t for _, t in found]
+        x = _value(group.args[0])
+        w, b = fold(*now, group.args[7], x.dtype)
+        name = f"_kforge_fold_{len(constants)}"
+        for suffix, t in (("_w", w), ("_b", b)):
+            _add_constant(gm, name + suffix, t)
+        constants.append(_Constants(w, b, tuple(src for src, _ in found), group.args[7], now,
+                                    [-1 if t is None else t._version for t in now]))
+        new = _emit(gm, group, f"{name}_w", f"{name}_b", cudnn_fusable(x.device))
+        new.meta.update(group.tail.meta)  # shape and dtype for the groups after it (the strides may differ)
         group.tail.replace_all_uses_with(new)
         renamed[group.tail] = new
         for node in reversed(group.nodes):
             gm.graph.erase_node(node)
-        folded += 1
-    if folded:
+    if constants:
         gm.graph.lint()
         gm.recompile()
     for why in refused:
         log.info("kforge: conv + batch norm not folded (%s)", why)
-    return folded, refused
+    return len(constants), refused, Refresher(constants) if constants else None

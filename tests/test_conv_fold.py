@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
+from torch._dynamo.utils import counters
 
 from forge_backend import conv_fold
 from forge_backend.backend import make_backend
@@ -45,17 +46,18 @@ def block() -> nn.Module:
     return m
 
 
-def dynamo_graph(model: nn.Module, *inputs: torch.Tensor) -> torch.fx.GraphModule:
+def dynamo_graph(model: nn.Module, *inputs: torch.Tensor, with_inputs: bool = False):
+    """Dynamo's graph of ``model`` (and the example inputs it was compiled with, ``with_inputs``)."""
     graphs = []
 
     def capture(gm, example_inputs):
-        graphs.append(gm)
+        graphs.append((gm, list(example_inputs)))
         return gm.forward
 
     with torch.no_grad():
         torch.compile(model, backend=capture)(*inputs)
     assert len(graphs) == 1
-    return graphs[0]
+    return graphs[0] if with_inputs else graphs[0][0]
 
 
 def test_the_three_chains_of_a_block_are_found_with_their_tails():
@@ -88,18 +90,21 @@ def test_off_by_default_folds_nothing():
     assert reports[-1].folded == 0
 
 
-def test_folds_are_kept_while_the_weights_stay_and_redone_when_they_change():
+def test_folds_are_refreshed_when_the_weights_change_and_only_then():
+    """The folded constants are folded again before a call whose source tensors changed in place or were replaced,
+    and not otherwise (Note [a batch norm folded into its convolution]: the Refresher)."""
     m, x = block(), torch.randn(2, 8, 9, 9)
     with torch.no_grad():
         f = torch.compile(m, backend=make_backend(), options=ON | {"inner": "eager"})
         f(x)
-        before = conv_fold._FOLDS.computed
         f(x)
-        assert conv_fold._FOLDS.computed == before  # three chains, three kept folds
+        assert counters["kforge"]["conv_bn_refolds"] == 0
         m.bn1.running_var.mul_(3.0)  # an in-place update bumps the version
         m.conv3.weight.add_(0.5)
         torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-5)
-        assert conv_fold._FOLDS.computed == before + 2
+        assert counters["kforge"]["conv_bn_refolds"] == 2  # the two chains whose sources changed
+        m.bn2.weight = nn.Parameter(m.bn2.weight * 2)  # a new object
+        torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-5)
 
 
 def test_chains_that_must_not_fold_are_left_alone():
@@ -134,25 +139,37 @@ def test_a_group_failing_verification_stays_unfused(monkeypatch):
     folds, each refusal saying why, and the compiled model still matches eager."""
     monkeypatch.setattr(conv_fold, "reference", lambda *a: torch.zeros(1))
     m, x = block(), torch.randn(2, 8, 9, 9)
-    gm = dynamo_graph(m, x)
-    folded, refused = fold_conv_bn(gm)
-    assert folded == 0 and len(refused) == 3
+    gm, example_inputs = dynamo_graph(m, x, with_inputs=True)
+    folded, refused, refresher = fold_conv_bn(gm, example_inputs)
+    assert folded == 0 and len(refused) == 3 and refresher is None
     assert all("output" in why or "max_rel_err" in why for why in refused)
     reports = []
     with torch.no_grad():
         got = torch.compile(m, backend=make_backend(on_report=reports.append), options=ON | {"inner": "eager"})(x)
         torch.testing.assert_close(got, m(x))
-    assert reports[-1].folded == 0 and any(op == "kforge::conv_bn_act" for op, _ in reports[-1].skipped)
+    assert reports[-1].folded == 0 and any(op == "conv + batch norm fold" for op, _ in reports[-1].skipped)
 
 
-def test_the_op_checks_under_opcheck():
-    """The custom op's fake (channels-last strides, conv arithmetic) agrees with its real outputs."""
+def test_cudnn_fused_convolutions_trace_on_the_meta_device():
+    """Note [meta kernels for cuDNN's fused convolutions]: the output shape of the convolution, in channels-last."""
+    meta = dict(device="meta", dtype=torch.float16)
+    x, w, b = torch.empty(2, 4, 7, 6, **meta), torch.empty(6, 4, 3, 3, **meta), torch.empty(6, **meta)
+    args = ([2, 1], [1, 0], [1, 2], 1)
+    expected = torch.nn.functional.conv2d(torch.zeros(2, 4, 7, 6), torch.zeros(6, 4, 3, 3), None, *args).shape
+    out = torch.ops.aten.cudnn_convolution_relu(x, w, b, *args)
+    z = torch.empty(expected, **meta)
+    out2 = torch.ops.aten.cudnn_convolution_add_relu(x, w, z, 1.0, b, *args)
+    for o in (out, out2):
+        assert o.shape == expected and o.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_the_plain_folded_call_matches_the_reference():
     g = torch.Generator().manual_seed(0)
-    args = (torch.randn(2, 4, 7, 6, generator=g), torch.randn(6, 4, 3, 3, generator=g), torch.randn(6, generator=g),
-            torch.rand(6, generator=g) + 0.5, torch.randn(6, generator=g), torch.randn(6, generator=g),
-            torch.rand(6, generator=g) + 0.5, 1e-5, None, True, [2, 1], [1, 0], [1, 2], 1)
-    torch.library.opcheck(torch.ops.kforge.conv_bn_act.default, args,
-                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
-    out = torch.ops.kforge.conv_bn_act(*args)
-    torch.testing.assert_close(out, conv_fold.reference(*args), rtol=1e-4, atol=1e-5)
-    assert out.is_contiguous(memory_format=torch.channels_last)
+    x, w = torch.randn(2, 4, 7, 6, generator=g), torch.randn(6, 4, 3, 3, generator=g)
+    cb, gw, gb, mean = (torch.randn(6, generator=g) for _ in range(4))
+    var, z = torch.rand(6, generator=g) + 0.5, torch.randn(2, 6, 4, 2, generator=g)
+    args = ([2, 1], [1, 0], [1, 2], 1)
+    wf, bf = conv_fold.fold(w, cb, gw, gb, mean, var, 1e-5, torch.float32)
+    got = conv_fold.folded_call(x, wf, bf, z, True, *args, cudnn=False)
+    torch.testing.assert_close(got, conv_fold.reference(x, w, cb, gw, gb, mean, var, 1e-5, z, True, *args),
+                               rtol=1e-4, atol=1e-5)
