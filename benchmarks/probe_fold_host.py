@@ -6,28 +6,18 @@ ResNet-50's folded model ran 1.07 ms of GPU time by graph replay at fp16 batch 3
 (examples/resnet50.py), so something on the host costs about 100 us a call. This times, per call, with the GPU kept
 idle enough not to matter (batch 1, one 1x1 convolution of ResNet's first stage): aten.convolution,
 cudnn_convolution_relu and cudnn_convolution_add_relu called directly, the fold cache's lookup, and the custom op
-whole, each as the median of 5 runs of 200 calls between synchronisations.
+whole, each as the median of 5 runs of 200 calls between synchronisations (bench_overhead.wall_us; the committed log
+was made with a copy of it that warmed up 20 calls, not 200).
 """
 from __future__ import annotations
 
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import torch
 
-
-def per_call_us(fn, calls: int = 200, runs: int = 5) -> float:
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        out.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(out)
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_overhead import wall_us  # noqa: E402
 
 
 def main() -> None:
@@ -53,11 +43,11 @@ def main() -> None:
         "torch.relu (a launch)": lambda: torch.relu(z),
     }
     for name, fn in rows.items():
-        print(f"{name:32s} {per_call_us(fn):8.1f} us a call", flush=True)
+        print(f"{name:32s} {wall_us(fn, calls=200, runs=5):8.1f} us a call", flush=True)
     torch.backends.cudnn.benchmark = True
     print("with torch.backends.cudnn.benchmark = True:")
     for name in ("cudnn_convolution_relu", "cudnn_convolution_add_relu"):
-        print(f"{name:32s} {per_call_us(rows[name]):8.1f} us a call", flush=True)
+        print(f"{name:32s} {wall_us(rows[name], calls=200, runs=5):8.1f} us a call", flush=True)
 
 
 if __name__ == "__main__":
