@@ -245,6 +245,7 @@ def find_groups(gm: torch.fx.GraphModule) -> list[Group]:
         xv, wv = _value(x), _value(weight)
         if None in (stride, padding, dilation) or not isinstance(n_groups, int) or xv is None or wv is None \
                 or xv.dim() != 4 or wv.dim() != 4 or xv.dtype not in _DTYPES or wv.dtype != xv.dtype \
+                or not all(isinstance(d, int) for d in (*xv.shape, *wv.shape)) \
                 or not isinstance(weight, torch.fx.Node) or not (conv_bias is None or isinstance(conv_bias,
                                                                                               torch.fx.Node)):
             continue

@@ -127,6 +127,17 @@ def test_chains_that_must_not_fold_are_left_alone():
     assert all(g.args[8] is None and g.args[9] is False for g in groups)
 
 
+def test_symbolic_shapes_are_left_alone_and_the_model_still_runs():
+    """Under dynamic shapes the verifier cannot draw inputs of a symbolic size: nothing folds, nothing breaks."""
+    m, reports = block(), []
+    with torch.no_grad():
+        f = torch.compile(m, backend=make_backend(on_report=reports.append), dynamic=True,
+                          options=ON | {"inner": "eager"})
+        for x in (torch.randn(2, 8, 9, 9), torch.randn(3, 8, 11, 7)):
+            torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-5)
+    assert reports and all(r.folded == 0 and r.fallback is None for r in reports)
+
+
 def test_training_mode_batch_norm_is_not_folded():
     m, x = block().train(), torch.randn(2, 8, 9, 9)
     with torch.no_grad():
