@@ -224,8 +224,15 @@ def kforge_env(opts: dict) -> dict[str, str]:
         "KFORGE_INNER": "inductor"}
 
 
+def run_options(iterations: int, cache: Path, check: bool = False, fold_conv_bn: bool = False) -> dict:
+    """kforge's options for every kforge compile of a run (``fold_conv_bn``: Note [a batch norm folded into its
+    convolution], off by default and on with ``--fold-conv-bn``)."""
+    opts = {"search_iterations": iterations, "search_seconds": 240, "cache_dir": cache, "check": check}
+    return opts | ({"fold_conv_bn": True} if fold_conv_bn else {})
+
+
 def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = None, check: bool = False,
-          mode: str | None = None, timing_rounds: int = 8) -> dict:
+          mode: str | None = None, timing_rounds: int = 8, fold_conv_bn: bool = False) -> dict:
     from torch._dynamo.utils import counters
 
     from forge_backend.backend import make_backend
@@ -235,7 +242,7 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
 
     loaded = load(spec)
     model, inputs = loaded.model, loaded.inputs
-    opts = {"search_iterations": iterations, "search_seconds": 240, "cache_dir": cache, "check": check}
+    opts = run_options(iterations, cache, check, fold_conv_bn)
     inductor_compile, kforge_compile = compiler(opts, mode)
     with torch.no_grad(), mock.patch.dict(os.environ, kforge_env(opts) if mode else {}):
         ref = model(*inputs)
@@ -364,6 +371,7 @@ def main() -> None:
                     help="only merge the models.json of these directories, or these JSON files (the parts of one "
                          "run, split over GPUs or calls), into --out")
     ap.add_argument("--layout", default=None, help="with --merge: how the parts ran, for the results' header")
+    ap.add_argument("--fold-conv-bn", action="store_true", help="compile kforge with fold_conv_bn on (off by default)")
     args = ap.parse_args()
     if args.merge:
         merge(args.merge, args.out, results_stem(args.check, args.mode), args.layout)
@@ -383,7 +391,7 @@ def main() -> None:
         spec = f"{EXAMPLES / model}.py" + (f"::{setting}" if setting else "")
         try:
             row = bench(spec, cache, args.iterations, args.out if args.profile else None, args.check, args.mode,
-                        args.rounds)
+                        args.rounds, args.fold_conv_bn)
         except Exception as e:  # one broken model must not lose the others; reported in the table
             log(f"{item}: FAILED {type(e).__name__}: {str(e)[:400]}")
             rows.append({"model": model, "setting": setting, "error": f"{type(e).__name__}: {str(e)[:200]}"})
