@@ -7,7 +7,9 @@ Inductor.
 
 Failure policy (Note [the user's model never breaks]): any exception inside kforge is logged once, naming the
 operator it concerns, and the graph falls back to what PyTorch would do; with ``strict`` it is raised instead.
-A bad option is always raised: that is the user's error, not kforge's.
+A bad option is always raised: that is the user's error, not kforge's. Dynamo's ``RestartAnalysis`` (raised under
+the backend, e.g. when AOTAutograd wants a float scalar made a tensor) is not a failure: it is raised on, so Dynamo
+analyses the frame again and compiles the graph it asks for, instead of kforge keeping plain PyTorch for good.
 """
 from __future__ import annotations
 
@@ -152,8 +154,8 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: Kforg
         return _refreshed(aot_module_simplified(gm, list(example_inputs), fw_compiler=fw, decompositions={}),
                           refresher)
     except Exception as e:  # Note [the user's model never breaks]
-        if cfg.strict:
-            raise
+        if cfg.strict or isinstance(e, torch._dynamo.exc.RestartAnalysis):
+            raise  # a restart is Dynamo's to handle (it analyses the frame again), not a failure of kforge's
         counters["kforge"]["graph_fallback"] += 1
         log.warning("kforge: graph capture failed (%s: %s); running the graph with plain PyTorch (inner=%s)",
                     type(e).__name__, e, cfg.inner)

@@ -77,6 +77,28 @@ def test_exception_inside_kforge_falls_back_and_logs_the_operator(caplog, inner)
     assert not provider.calls  # nothing of kforge ran; the graph is PyTorch's own
 
 
+@pytest.mark.parametrize("raised,propagates", [(torch._dynamo.exc.TensorifyScalarRestartAnalysis, True),
+                                                (RuntimeError, False)])
+def test_dynamos_restart_passes_through_and_a_failure_falls_back(monkeypatch, raised, propagates):
+    """A RestartAnalysis raised under kforge's compile is Dynamo's signal to analyse the frame again (Dynamo lets the
+    backend's through for that): kforge re-raises it instead of falling back to plain PyTorch for good."""
+    import forge_backend.backend as backend_module
+
+    def boom(*args, **kwargs):
+        raise raised("planted")
+
+    monkeypatch.setattr(backend_module, "_trace_in_place", boom)
+    gm = torch.fx.symbolic_trace(torch.nn.Linear(4, 4))
+    backend = make_backend(CpuProvider())
+    with torch.no_grad():  # a graph needing a backward would pass through before kforge's compile
+        if propagates:
+            with pytest.raises(raised):
+                backend(gm, [torch.randn(2, 4)], options={"inner": "eager"})
+        else:
+            fn = backend(gm, [torch.randn(2, 4)], options={"inner": "eager"})
+            assert fn(torch.randn(2, 4)).shape == (2, 4)
+
+
 def test_strict_raises_instead():
     provider = CpuProvider(fail_on="aten.native_group_norm.default")
     with pytest.raises(Exception, match="planted failure"):
