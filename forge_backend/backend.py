@@ -174,7 +174,7 @@ def _fold_conv_bn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: 
     if not has_candidates(gm):
         return gm, None
     copy = _copy_module(gm)
-    report.folded, refused, refresher = fold_conv_bn(copy, example_inputs)
+    report.folded, refused, refresher = fold_conv_bn(copy, example_inputs, cfg.cache_dir)
     report.skipped += [("conv + batch norm fold", why) for why in refused]
     if not report.folded:
         return gm, None

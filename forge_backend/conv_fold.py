@@ -27,7 +27,8 @@ plain convolution, add and ReLU on the folded weight and bias. Both paths trace 
 for cuDNN's fused convolutions]); Inductor calls the cuDNN ones as extern kernels. Each group's signature (shapes,
 dtypes, stride, padding, dilation, groups, the tail) is first verified on fresh random inputs and random norm
 statistics, computed as the graph will compute it (``folded_call``), against PyTorch's unfused ops
-(``verify_group``); a group that fails or raises stays unfused. On with ``fold_conv_bn=True``.
+(``verify_group``); a group that fails or raises stays unfused. A signature that passed is remembered in the cache
+directory (``Verified``), so a warm compile does not verify it again. On with ``fold_conv_bn=True``.
 
 The folded weight and bias are buffers of the graph, folded at compile time from the example inputs (the model's
 parameters and running statistics). Before each call of the compiled graph a ``Refresher`` checks that the six
@@ -48,16 +49,21 @@ refused the folds it kept (an allocation made in their pool during warm-up).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import operator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.fx
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
+
+from .fsutil import atomic_write
 
 log = logging.getLogger("kforge")
 
@@ -443,11 +449,48 @@ def _add_constant(gm: torch.fx.GraphModule, name: str, t: torch.Tensor) -> None:
         gm._param_name_to_source = {**sources, name: ConstantSource(f"__kforge_{name}")}  # the copy's own dict
 
 
-def fold_conv_bn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[int, list[str], Refresher | None]:
+class Verified:
+    """Signatures whose folded groups passed ``verify_group`` on this machine, kept in ``directory`` (the kforge
+    cache) so that a warm compile does not run the verifier's cuDNN calls again. A signature is keyed with what could
+    change the answer: the torch and cuDNN versions and the device's name. Only passes are kept: a refusal is verified
+    again by the next compile. Without a directory nothing is kept."""
+
+    FILE = "conv_fold_verified.json"
+
+    def __init__(self, directory: Path | None) -> None:
+        self.path = Path(directory) / self.FILE if directory is not None else None
+        self.keys: set[str] = set()
+        if self.path is not None and self.path.exists():
+            try:
+                self.keys = set(json.loads(self.path.read_text()))
+            except (OSError, ValueError, TypeError):  # a torn or foreign file: verify again
+                self.keys = set()
+
+    @staticmethod
+    def key(group: Group) -> str:
+        device = _value(group.args[0]).device
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+        cudnn = torch.backends.cudnn.version() if device.type == "cuda" else None
+        text = repr((_signature(group), torch.__version__, cudnn, name))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.keys
+
+    def add(self, key: str) -> None:
+        self.keys.add(key)
+        if self.path is not None:
+            atomic_write(self.path, json.dumps(sorted(self.keys)).encode())
+
+
+def fold_conv_bn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cache_dir: Path | None = None
+                 ) -> tuple[int, list[str], Refresher | None]:
     """Replace each verified group of Dynamo's graph ``gm`` (called with ``example_inputs``) by its folded form, in
-    place: the folded weight and bias become buffers of ``gm``. Returns how many were folded, why the others were not,
-    and the Refresher the compiled graph must run before each call (None when nothing folded)."""
+    place: the folded weight and bias become buffers of ``gm``. ``cache_dir`` keeps the signatures verified here
+    (``Verified``). Returns how many were folded, why the others were not, and the Refresher the compiled graph must
+    run before each call (None when nothing folded)."""
     inputs = {n: i for i, n in enumerate(gm.graph.find_nodes(op="placeholder"))}
+    verified = Verified(cache_dir)
     verdicts: dict[tuple, str | None] = {}
     refused: list[str] = []
     constants: list[_Constants] = []
@@ -460,10 +503,14 @@ def fold_conv_bn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tup
             refused.append(f"{group.nodes[0].name}: {e}")
             continue
         sig = _signature(group)
-        if sig not in verdicts:
+        if sig not in verdicts and Verified.key(group) in verified:
+            verdicts[sig] = None
+        elif sig not in verdicts:
             verdicts[sig] = verify_group(group, seed=len(verdicts))
             if verdicts[sig] is None:
                 verdicts[sig] = verify_group(group, seed=len(verdicts) + 1)
+            if verdicts[sig] is None:
+                verified.add(Verified.key(group))
         if verdicts[sig] is not None:
             refused.append(f"{group.nodes[0].name}: {verdicts[sig]}")
             continue

@@ -138,6 +138,29 @@ def test_symbolic_shapes_are_left_alone_and_the_model_still_runs():
     assert reports and all(r.folded == 0 and r.fallback is None for r in reports)
 
 
+def test_a_warm_compile_does_not_verify_again(monkeypatch, tmp_path):
+    """The signatures that passed are kept in the cache directory: a second compile with it verifies nothing, one
+    with another directory verifies again."""
+    calls = []
+    real = conv_fold.verify_group
+    monkeypatch.setattr(conv_fold, "verify_group", lambda *a, **k: calls.append(1) or real(*a, **k))
+    m, x = block(), torch.randn(2, 8, 9, 9)
+
+    def compile_with(cache):
+        torch._dynamo.reset()
+        reports = []
+        with torch.no_grad():
+            torch.compile(m, backend=make_backend(on_report=reports.append),
+                          options=ON | {"inner": "eager", "cache_dir": str(cache)})(x)
+        return reports[-1].folded
+
+    assert compile_with(tmp_path / "a") == 3 and len(calls) == 6  # three signatures, two seeds each
+    assert compile_with(tmp_path / "a") == 3 and len(calls) == 6
+    assert compile_with(tmp_path / "b") == 3 and len(calls) == 12
+    (tmp_path / "a" / conv_fold.Verified.FILE).write_text("{torn")
+    assert compile_with(tmp_path / "a") == 3 and len(calls) == 18  # a torn file: verified again
+
+
 def test_training_mode_batch_norm_is_not_folded():
     m, x = block().train(), torch.randn(2, 8, 9, 9)
     with torch.no_grad():
