@@ -6,8 +6,9 @@ where an interrupted one stopped), those without a template family (unless the L
 ``min_share``; then search the rest, biggest share first, one search worker per GPU. Each finished search is
 stored at once, so Ctrl-C loses only the search in flight. A signature that kforge ships a record for
 (Note [a shipped record in a prewarm]) is re-verified on this GPU instead of searched. With ``inner="inductor"``
-(the default) each kernel found is also timed against Inductor's own single op, as the first compile would otherwise do (Note [the baseline
-inside Inductor]), so that compile finds the time in the record and the final table shows it.
+(the default) each kernel found is also timed against Inductor's own single op, as the first compile would
+otherwise do (Note [the baseline inside Inductor]), so that compile finds the time in the record and the final table
+shows it.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ log = logging.getLogger("kforge")
 # local cache searched those signatures again, seconds each, to find what ships. So plan() marks a signature that
 # the local cache lacks and the shipped tier holds as "shipped", and run() re-verifies that record in the worker of
 # a search (the verifier every candidate passes, on fresh inputs) and stores it locally as trusted, as the compile
-# would. A record that fails is searched like any miss. ``force`` searches everything, shipped or not. The result
+# does (both through cuda_provider.reverified_locally). A record that fails is searched like any miss. ``force`` searches everything, shipped or not. The result
 # carries the record's timings, measured where it was made; its reason, the times re-measured here.
 
 
@@ -148,8 +149,6 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
 
     if search is None:
         from .runtime.search_runner import run_search as search
-    if reverify is None:
-        from .runtime.cuda_provider import reverify_record as reverify
     if make_client is None:
         from .runtime.worker import WorkerClient
 
@@ -205,18 +204,14 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
 def _take_shipped(item: PlanItem, cfg: KforgeConfig, client, store, reverify) -> PrewarmResult | None:
     """Note [a shipped record in a prewarm]: the item's shipped record re-verified on this GPU and stored locally as
     trusted, as a result; None (logged) when it fails, so the caller searches."""
-    rec = item.shipped
-    ok, why = reverify(rec, client, cfg)
-    if not ok:
+    from .runtime.cuda_provider import reverified_locally
+
+    rec, why = reverified_locally(item.shipped, client, cfg, store, reverify)
+    if rec is None:
         log.warning("kforge: the shipped record of %s failed re-verification on this GPU (%s); searching it",
                     item.card.op, why)
         return None
-    rec = rec.marked(source="local", trusted=True, reverified=True)
-    store.put(rec)
-    t = rec.timings
-    return PrewarmResult(item.card, item.share, "shipped", t.get("eager_us"), t.get("kforge_us"), t.get("floor_us"),
-                         t.get("speedup_vs_eager"), rec.decision, reason=f"shipped, re-verified here: {why}",
-                         inductor_us=t.get("inductor_us"))
+    return _from_record(item, rec, "shipped", f"shipped, re-verified here: {why}")
 
 
 def _inductor_time(card: OperatorCard, store, client) -> float | None:
@@ -246,7 +241,12 @@ def _result(item: PlanItem, out) -> PrewarmResult:
 
 def cached_result(item: PlanItem, store) -> PrewarmResult:
     rec = store.get(item.card.key)
+    return _from_record(item, rec, "cached", str(rec.provenance.get("reason", "")) if rec else "")
+
+
+def _from_record(item: PlanItem, rec, status: str, reason: str) -> PrewarmResult:
+    """A result from a stored record's timings (None: no record)."""
     t = rec.timings if rec is not None else {}
-    return PrewarmResult(item.card, item.share, "cached", t.get("eager_us"), t.get("kforge_us"), t.get("floor_us"),
-                         t.get("speedup_vs_eager"), rec.decision if rec else None,
-                         reason=str(rec.provenance.get("reason", "")) if rec else "", inductor_us=t.get("inductor_us"))
+    return PrewarmResult(item.card, item.share, status, t.get("eager_us"), t.get("kforge_us"), t.get("floor_us"),
+                         t.get("speedup_vs_eager"), rec.decision if rec else None, reason=reason,
+                         inductor_us=t.get("inductor_us"))

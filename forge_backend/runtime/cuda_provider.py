@@ -198,16 +198,28 @@ class CudaProvider:
         if record.decision != "kernel":
             return None
         if not record.trusted:
-            ok, why = reverify_record(record, self.client, cfg)
-            if not ok:
+            source = record.source
+            record, why = reverified_locally(record, self.client, cfg, self.local)
+            if record is None:
                 log.warning("kforge: %s record from %s failed re-verification (%s); left to PyTorch", card.op,
-                            record.source, why)
+                            source, why)
                 return None
-            record = record.marked(source="local", trusted=True, reverified=True)
-            self.local.put(record)
         impl = impl_from_record(card, record, cfg)
         self._loaded[(card.key, cfg.check)] = impl
         return impl
+
+
+def reverified_locally(record: KernelRecord, client: WorkerClient | None, cfg: KforgeConfig, local: LocalStore,
+                       reverify=None) -> tuple[KernelRecord | None, str]:
+    """A record from another machine (shipped, imported) re-verified on this GPU (``reverify``, default
+    ``reverify_record``) and kept in ``local`` as trusted, with why it passed; (None, why not) when it fails. A first
+    compile and ``kforge prewarm`` take shipped records this way."""
+    ok, why = (reverify or reverify_record)(record, client, cfg)
+    if not ok:
+        return None, why
+    record = record.marked(source="local", trusted=True, reverified=True)
+    local.put(record)
+    return record, why
 
 
 def reverify_record(record: KernelRecord, client: WorkerClient | None = None,
