@@ -37,10 +37,11 @@ in-place update bumps) and folds again, into the same buffers, the groups whose 
 weights are loaded or updated after the compile computes with the new ones, and compiled code and CUDA graphs that
 hold the buffers see them. An update through ``.data`` bypasses the version counter and is not seen, as with any
 cache keyed on versions. The buffers are a second copy of the folded convolutions' weights (ResNet-50 in fp16: about
-50 MB), held as long as the compiled graph. No Python runs per convolution; the Refresher's checks (six tensors a group, once a forward)
-are inside the example's times above, not measured apart. With Inductor's ``freezing`` on, Inductor would take the
-buffers as constants of its own and a refresh would not reach them. On the eager path the constants make the
-in-place trace fall back to AOTAutograd's (Note [the eager path keeps in-place updates] in backend.py).
+50 MB), held as long as the compiled graph. No Python runs per convolution; the Refresher's checks (six tensors a
+group, once a forward) are inside the example's times above, not measured apart. With Inductor's ``freezing`` on,
+Inductor would take the buffers as constants of its own and a refresh would not reach them. On the eager path the
+constants make the in-place trace fall back to AOTAutograd's (Note [the eager path keeps in-place updates] in
+backend.py).
 
 The first version (4d2809d) was a ``torch.library.custom_op`` that folded per call through a cache: 92-104 us of host
 time a call against cuDNN's 49 (benchmarks/probe_fold_host.py), which made ResNet-50 fp16 batch 32 take 6.38 ms a
@@ -49,6 +50,7 @@ refused the folds it kept (an allocation made in their pool during warm-up).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -415,7 +417,8 @@ def _emit(gm: torch.fx.GraphModule, group: Group, weight: str, bias: str, cudnn:
                 return g.call_function(aten.cudnn_convolution_add_relu.default,
                                        (x, w, z, 1.0, b, stride, padding, dilation, groups))
             if relu:
-                return g.call_function(aten.cudnn_convolution_relu.default, (x, w, b, stride, padding, dilation, groups))
+                return g.call_function(aten.cudnn_convolution_relu.default,
+                                       (x, w, b, stride, padding, dilation, groups))
         out = g.call_function(aten.convolution.default, (x, w, b, stride, padding, dilation, False, [0, 0], groups))
         if residual is not None:
             out = g.call_function(aten.add.Tensor, (out, residual))
@@ -449,11 +452,42 @@ def _add_constant(gm: torch.fx.GraphModule, name: str, t: torch.Tensor) -> None:
         gm._param_name_to_source = {**sources, name: ConstantSource(f"__kforge_{name}")}  # the copy's own dict
 
 
+# Bumped when verify_group's checks or TOLERANCE change, so that passes kept under the old checks are not trusted.
+VERIFIER_VERSION = 1
+
+
+@dataclass(frozen=True)
+class VerifiedKey:
+    """What a kept verdict of ``verify_group`` depends on: the group's signature (shapes, dtypes, device, scalars,
+    the tail), the verifier, the torch and cuDNN versions and the device's name."""
+
+    signature: tuple
+    verifier: int
+    torch_version: str
+    cudnn: int | None
+    device_name: str
+
+    @classmethod
+    def of(cls, group: Group) -> "VerifiedKey":
+        device = _value(group.args[0]).device
+        cuda = device.type == "cuda"
+        return cls(_signature(group), VERIFIER_VERSION, torch.__version__,
+                   torch.backends.cudnn.version() if cuda else None,
+                   torch.cuda.get_device_name(device) if cuda else device.type)
+
+    def digest(self) -> str:
+        return hashlib.sha256(repr(dataclasses.astuple(self)).encode()).hexdigest()
+
+    def debug_lines(self) -> list[str]:
+        """One line per field, so two keys can be diffed to see why they differ."""
+        return [f"{f.name}: {getattr(self, f.name)!r}" for f in dataclasses.fields(self)]
+
+
 class Verified:
     """Signatures whose folded groups passed ``verify_group`` on this machine, kept in ``directory`` (the kforge
-    cache) so that a warm compile does not run the verifier's cuDNN calls again. A signature is keyed with what could
-    change the answer: the torch and cuDNN versions and the device's name. Only passes are kept: a refusal is verified
-    again by the next compile. Without a directory nothing is kept."""
+    cache) so that a warm compile does not run the verifier's cuDNN calls again (``VerifiedKey``). Only passes are
+    kept: a refusal is verified again by the next compile. A torn or foreign file is reported and read as empty.
+    Without a directory nothing is kept."""
 
     FILE = "conv_fold_verified.json"
 
@@ -463,22 +497,15 @@ class Verified:
         if self.path is not None and self.path.exists():
             try:
                 self.keys = set(json.loads(self.path.read_text()))
-            except (OSError, ValueError, TypeError):  # a torn or foreign file: verify again
-                self.keys = set()
+            except (OSError, ValueError, TypeError) as e:
+                log.warning("kforge: %s is unreadable (%s: %s); its chains are verified again", self.path,
+                            type(e).__name__, e)
 
-    @staticmethod
-    def key(group: Group) -> str:
-        device = _value(group.args[0]).device
-        name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-        cudnn = torch.backends.cudnn.version() if device.type == "cuda" else None
-        text = repr((_signature(group), torch.__version__, cudnn, name))
-        return hashlib.sha256(text.encode()).hexdigest()
+    def __contains__(self, key: VerifiedKey) -> bool:
+        return key.digest() in self.keys
 
-    def __contains__(self, key: str) -> bool:
-        return key in self.keys
-
-    def add(self, key: str) -> None:
-        self.keys.add(key)
+    def add(self, key: VerifiedKey) -> None:
+        self.keys.add(key.digest())
         if self.path is not None:
             atomic_write(self.path, json.dumps(sorted(self.keys)).encode())
 
@@ -503,14 +530,14 @@ def fold_conv_bn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cache_
             refused.append(f"{group.nodes[0].name}: {e}")
             continue
         sig = _signature(group)
-        if sig not in verdicts and Verified.key(group) in verified:
+        if sig not in verdicts and VerifiedKey.of(group) in verified:
             verdicts[sig] = None
         elif sig not in verdicts:
             verdicts[sig] = verify_group(group, seed=len(verdicts))
             if verdicts[sig] is None:
                 verdicts[sig] = verify_group(group, seed=len(verdicts) + 1)
             if verdicts[sig] is None:
-                verified.add(Verified.key(group))
+                verified.add(VerifiedKey.of(group))
         if verdicts[sig] is not None:
             refused.append(f"{group.nodes[0].name}: {verdicts[sig]}")
             continue

@@ -4,6 +4,8 @@ recomputed when they change, and that a group failing verification stays unfused
 (``fold_conv_bn=True``): the Note says why."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn as nn
@@ -207,3 +209,11 @@ def test_the_plain_folded_call_matches_the_reference():
     got = conv_fold.folded_call(x, wf, bf, z, True, *args, cudnn=False)
     torch.testing.assert_close(got, conv_fold.reference(x, w, cb, gw, gb, mean, var, 1e-5, z, True, *args),
                                rtol=1e-4, atol=1e-5)
+
+
+def test_a_verified_key_names_the_field_that_changed():
+    """VerifiedKey is a declared cache key: another cuDNN or verifier gives another digest, and debug_lines says why."""
+    a = conv_fold.VerifiedKey(("sig",), 1, "2.13.0", 91000, "NVIDIA H200")
+    b = dataclasses.replace(a, cudnn=91100)
+    assert a.digest() != b.digest() and a.digest() == conv_fold.VerifiedKey(*dataclasses.astuple(a)).digest()
+    assert [x for x, y in zip(a.debug_lines(), b.debug_lines()) if x != y] == ["cudnn: 91000"]
