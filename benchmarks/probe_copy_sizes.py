@@ -69,11 +69,11 @@ def main() -> int:
             got.update(round=r, size=name, bytes=nbytes)
             rows.append(got)
             print(f"round {r} {name:40s} events {got['events_us']:7.1f} kernel {got['kernel_us']:7.1f} "
-                  f"graph {got['graph_us']:7.1f} (x{got['graph_calls']}) dst-src {got['dst_minus_src_bytes'] / MIB:.2f} "
-                  f"MiB", flush=True)
+                  f"graph {got['graph_us']:7.1f} (x{got['graph_calls']}) "
+                  f"dst-src {got['dst_minus_src_bytes'] / MIB:.2f} MiB", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "probe_copy_sizes.json").write_text(json.dumps({"environment": environment(" ".join(sys.argv)), "rows": rows},
-                                                               indent=1))
+    env = environment(" ".join(sys.argv))
+    (args.out / "probe_copy_sizes.json").write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
     return 0
 
 

@@ -211,7 +211,8 @@ def inductor_ratio(row: dict) -> float:
 
 def inductors_own(row: dict) -> bool:
     """Whether kforge+Inductor ran exactly Inductor's program: no node replaced, fused or folded on its Inductor path
-    and as many launches a forward. Its ratio to Inductor is then Inductor against itself, whatever the host made of it."""
+    and as many launches a forward. Its ratio to Inductor is then Inductor against itself, whatever the host made of
+    it."""
     counters, launches = row.get("kforge_inductor_counters") or {}, row.get("launches_per_forward") or {}
     return (bool(counters) and not counters.get("replaced_nodes") and not counters.get("fused_groups")
             and not counters.get("folded_conv_bn")

@@ -184,7 +184,7 @@ def print_reports(reports: Sequence[Any]) -> None:
           f"{sum(r.seconds for r in reports):.1f} s planning/searching")
     for f in fallbacks:
         print(f"  fallback: {f}")
-    folded = sum(getattr(r, "folded", 0) for r in reports)
+    folded = sum(r.folded for r in reports)
     if folded:
         print(f"  {folded} convolution + batch norm chains folded into one cuDNN call each (fold_conv_bn)")
     if not rows and not folded:

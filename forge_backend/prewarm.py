@@ -27,13 +27,14 @@ from .config import KforgeConfig
 log = logging.getLogger("kforge")
 
 # Note [a shipped record in a prewarm]
-# kernels_cache/ ships records measured on another machine of the same arch (store/shipped.py). A first compile takes
-# such a record after re-verifying its kernel on this GPU (cuda_provider._use_record); a prewarm that read only the
-# local cache searched those signatures again, seconds each, to find what ships. So plan() marks a signature that
-# the local cache lacks and the shipped tier holds as "shipped", and run() re-verifies that record in the worker of
-# a search (the verifier every candidate passes, on fresh inputs) and stores it locally as trusted, as the compile
-# does (both through cuda_provider.reverified_locally). A record that fails is searched like any miss. ``force`` searches everything, shipped or not. The result
-# carries the record's timings, measured where it was made; its reason, the times re-measured here.
+# kernels_cache/ ships records measured on another machine of the same arch (store/shipped.py). A first compile
+# takes such a record after re-verifying its kernel on this GPU (cuda_provider._use_record); a prewarm that read
+# only the local cache searched those signatures again, seconds each, to find what ships. So plan() marks a
+# signature that the local cache lacks and the shipped tier holds as "shipped", and run() re-verifies that record in
+# the worker of a search (the verifier every candidate passes, on fresh inputs) and stores it locally as trusted, as
+# the compile does (both through cuda_provider.reverified_locally). A record that fails is searched like any miss.
+# ``force`` searches everything, shipped or not. The result carries the record's timings, measured where it was
+# made; its reason, the times re-measured here.
 
 
 @dataclass
