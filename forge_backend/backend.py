@@ -133,7 +133,7 @@ def _inductor_mode(mode: str | None, cfg: KforgeConfig) -> dict[str, Any]:
 def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: KforgeConfig,
              provider: KernelProvider | None, on_report: Callable[[CompileReport], None] | None) -> Callable:
     report = CompileReport()
-    original = gm
+    original, original_inputs = gm, example_inputs
     if _needs_backward(gm, example_inputs):
         log.info("kforge: graph needs a backward pass; passing it through unchanged (inner=%s)", cfg.inner)
         report.fallback = "backward"
@@ -141,6 +141,8 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: Kforg
         return _run_inner(gm, example_inputs, cfg)
     try:
         folded, refresher = _fold_conv_bn(gm, example_inputs, cfg, report)
+        if refresher is not None:  # the folded graph's inputs (Note [the folded graph's dead inputs])
+            example_inputs = refresher.arguments(example_inputs)
         if cfg.inner == "inductor":  # compile_fx may mutate its input: keep gm intact for the fallback
             return _refreshed(_compile_with_inductor(folded if folded is not gm else _copy_module(gm),
                                                        example_inputs, cfg, provider, on_report, report), refresher)
@@ -159,7 +161,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: Kforg
         counters["kforge"]["graph_fallback"] += 1
         log.warning("kforge: graph capture failed (%s: %s); running the graph with plain PyTorch (inner=%s)",
                     type(e).__name__, e, cfg.inner)
-        return _run_inner(original, example_inputs, cfg)
+        return _run_inner(original, original_inputs, cfg)
 
 
 def _fold_conv_bn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: KforgeConfig,

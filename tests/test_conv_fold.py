@@ -109,6 +109,64 @@ def test_folds_are_refreshed_when_the_weights_change_and_only_then():
         torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-5)
 
 
+def test_the_refresher_checks_arguments_and_constants_and_refolds_only_what_changed():
+    """The Refresher's one check over every group (Note [a batch norm folded into its convolution]) sees an argument
+    replaced, an argument updated in place and a graph constant updated in place, and refolds the group they feed
+    into its same buffers, and nothing else."""
+    def chain(w, g, b, m, v, sources):
+        folded_w, folded_b = conv_fold.fold(w, None, g, b, m, v, 1e-5, torch.float32)
+        seen = [w, None, g, b, m, v]
+        return conv_fold._Constants(folded_w, folded_b, sources, 1e-5, seen, [-1 if t is None else t._version
+                                                                              for t in seen])
+
+    args = [torch.randn(4, 3, 1, 1), *(torch.rand(4) + 0.5 for _ in range(4))]
+    const = [torch.randn(4, 3, 1, 1), *(torch.rand(4) + 0.5 for _ in range(4))]
+    by_arg = (conv_fold._Source(0, None), None, *(conv_fold._Source(i, None) for i in range(1, 5)))
+    by_const = (conv_fold._Source(None, const[0]), None, *(conv_fold._Source(None, t) for t in const[1:]))
+    groups = [chain(*args, by_arg), chain(*const, by_const)]
+    weights = [g.weight for g in groups]
+    refresher = conv_fold.Refresher(groups)
+    refresher(args)
+    assert refresher.refolds == 0
+    args[2].mul_(2.0)  # the first group's norm weight, in place
+    refresher(args)
+    assert refresher.refolds == 1
+    torch.testing.assert_close(groups[0].weight, conv_fold.fold(args[0], None, *args[1:], 1e-5, torch.float32)[0])
+    refresher(args)
+    assert refresher.refolds == 1  # unchanged since
+    const[4].add_(1.0)  # the second group's running variance, a constant of the graph
+    refresher(args)
+    assert refresher.refolds == 2
+    torch.testing.assert_close(groups[1].weight, conv_fold.fold(const[0], None, *const[1:], 1e-5, torch.float32)[0])
+    args = list(args)
+    args[0] = args[0].clone() * 3  # a new object in the first group's weight's position
+    refresher(args)
+    refresher(args)
+    assert refresher.refolds == 3
+    torch.testing.assert_close(groups[0].weight, conv_fold.fold(args[0], None, *args[1:], 1e-5, torch.float32)[0])
+    assert all(g.weight is w for g, w in zip(groups, weights))  # the same buffers, refolded in place
+
+
+def test_the_folded_graph_takes_only_the_inputs_it_still_uses():
+    """Note [the folded graph's dead inputs]: the folded chains' weights and norm tensors leave the folded graph's
+    inputs; the graph called with Refresher.arguments of Dynamo's arguments computes the model, and the Refresher
+    still sees an update of a tensor the graph no longer takes."""
+    m, x = block(), torch.randn(2, 8, 9, 9)
+    gm, example_inputs = dynamo_graph(m, x, with_inputs=True)
+    before = len(list(gm.graph.find_nodes(op="placeholder")))
+    folded, _, refresher = fold_conv_bn(gm, example_inputs)
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    # 3 chains: 3 conv weights, 1 conv bias, 4 tensors of each of 3 norms gone; the input stays
+    assert folded == 3 and before - len(placeholders) == 16 and refresher.kept is not None
+    assert len(refresher.kept) == len(placeholders) and all(n.users for n in placeholders)
+    with torch.no_grad():
+        torch.testing.assert_close(gm(*refresher.arguments(example_inputs))[0], m(x), rtol=1e-4, atol=1e-5)
+        m.bn3.running_mean.add_(0.25)  # not an input of the folded graph any more
+        refresher(example_inputs)
+        torch.testing.assert_close(gm(*refresher.arguments(example_inputs))[0], m(x), rtol=1e-4, atol=1e-5)
+    assert refresher.refolds == 1
+
+
 def test_chains_that_must_not_fold_are_left_alone():
     class Odd(nn.Module):
         def __init__(self):
