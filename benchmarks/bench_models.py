@@ -224,15 +224,15 @@ def kforge_env(opts: dict) -> dict[str, str]:
         "KFORGE_INNER": "inductor"}
 
 
-def run_options(iterations: int, cache: Path, check: bool = False, fold_conv_bn: bool = False) -> dict:
+def run_options(iterations: int, cache: Path, check: bool = False, fold_conv_bn: bool | None = None) -> dict:
     """kforge's options for every kforge compile of a run (``fold_conv_bn``: Note [a batch norm folded into its
-    convolution], off by default and on with ``--fold-conv-bn``)."""
+    convolution], kforge's default unless ``--fold-conv-bn`` or ``--no-fold-conv-bn`` says)."""
     opts = {"search_iterations": iterations, "search_seconds": 240, "cache_dir": cache, "check": check}
-    return opts | ({"fold_conv_bn": True} if fold_conv_bn else {})
+    return opts | ({} if fold_conv_bn is None else {"fold_conv_bn": fold_conv_bn})
 
 
 def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = None, check: bool = False,
-          mode: str | None = None, timing_rounds: int = 8, fold_conv_bn: bool = False) -> dict:
+          mode: str | None = None, timing_rounds: int = 8, fold_conv_bn: bool | None = None) -> dict:
     from torch._dynamo.utils import counters
 
     from forge_backend.backend import make_backend
@@ -371,7 +371,8 @@ def main() -> None:
                     help="only merge the models.json of these directories, or these JSON files (the parts of one "
                          "run, split over GPUs or calls), into --out")
     ap.add_argument("--layout", default=None, help="with --merge: how the parts ran, for the results' header")
-    ap.add_argument("--fold-conv-bn", action="store_true", help="compile kforge with fold_conv_bn on (off by default)")
+    ap.add_argument("--fold-conv-bn", action=argparse.BooleanOptionalAction, default=None,
+                    help="compile kforge with fold_conv_bn on or off (default: kforge's default, on)")
     args = ap.parse_args()
     if args.merge:
         merge(args.merge, args.out, results_stem(args.check, args.mode), args.layout)

@@ -175,6 +175,10 @@ def _fold_conv_bn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: 
 
     if not has_candidates(gm):
         return gm, None
+    if cfg.inner == "inductor" and torch._inductor.config.freezing:
+        # Inductor's freezing folds batch norms into convolutions itself, into constants a refold cannot reach
+        report.skipped.append(("conv + batch norm fold", "Inductor's freezing is on: Inductor folds them"))
+        return gm, None
     copy = _copy_module(gm)
     report.folded, refused, refresher = fold_conv_bn(copy, example_inputs, cfg.cache_dir)
     report.skipped += [("conv + batch norm fold", why) for why in refused]

@@ -26,7 +26,7 @@ fuse_softmax       KFORGE_FUSE_SOFTMAX       ``True``: a softmax takes the point
 fuse_norm          KFORGE_FUSE_NORM          ``True``: a layer/rms norm takes the pointwise ops after it (adaLN's
                                              modulation) into one kernel
                                              (Note [a norm takes its epilogue] in norm_fusion.py)
-fold_conv_bn       KFORGE_FOLD_CONV_BN       ``False``: in inference, a convolution's batch norm (and a ReLU, or a
+fold_conv_bn       KFORGE_FOLD_CONV_BN       ``True``: in inference, a convolution's batch norm (and a ReLU, or a
                                              residual add and a ReLU, after it) folded into one cuDNN call in
                                              channels-last, folded again when the model's weights change
                                              (Note [a batch norm folded into its convolution] in conv_fold.py)
@@ -91,7 +91,7 @@ class KforgeConfig:
     fuse_pointwise: bool = False  # off until measured on a GPU (Note [pointwise groups] in fusion.py)
     fuse_softmax: bool = True  # Note [a softmax takes its neighbours] in softmax_fusion.py
     fuse_norm: bool = True  # Note [a norm takes its epilogue] in norm_fusion.py
-    fold_conv_bn: bool = False  # Note [a batch norm folded into its convolution] in conv_fold.py: not yet benchmarked
+    fold_conv_bn: bool = True  # Note [a batch norm folded into its convolution] in conv_fold.py
     check: bool = False
     min_share: float = 0.0
     llm_model: str = ""

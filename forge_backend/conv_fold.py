@@ -14,9 +14,9 @@ folded convolution takes it as it is.
 
 Through Inductor, with the constants below (no Python per convolution), examples/resnet50.py ran faster than Inductor
 by wall time in the same run (H200, thirty-third session, median of 20 calls after 5): fp16 batch 32 3.25 ms against
-3.43 (1.05x), fp32 batch 32 2.91 against 4.01 (1.38x) (results/h200/example_session33_resnet_fold2_*.log). It is
-still off by default (``fold_conv_bn``): the model benchmark (bench_models.py, every setting, warm compile included)
-has not run with it, and the verdicts in models.json come from that benchmark.
+3.43 (1.05x), fp32 batch 32 2.91 against 4.01 (1.38x) (results/h200/example_session33_resnet_fold2_*.log). On by
+default since the thirty-fourth session (off with ``fold_conv_bn=False``), after the model benchmark ran with it on
+every ResNet-50 setting (results/h200/models_session34_fold*.json): MEASURE_ME.
 
 The pass runs on Dynamo's graph, before any trace, on graphs that need no backward: a ``conv2d`` whose only user is a
 ``batch_norm`` with ``training=False``, then optionally a ReLU, or an add of another tensor of the same shape and a
@@ -28,7 +28,7 @@ for cuDNN's fused convolutions]); Inductor calls the cuDNN ones as extern kernel
 dtypes, stride, padding, dilation, groups, the tail) is first verified on fresh random inputs and random norm
 statistics, computed as the graph will compute it (``folded_call``), against PyTorch's unfused ops
 (``verify_group``); a group that fails or raises stays unfused. A signature that passed is remembered in the cache
-directory (``Verified``), so a warm compile does not verify it again. On with ``fold_conv_bn=True``.
+directory (``Verified``), so a warm compile does not verify it again. On by default (``fold_conv_bn``).
 
 The folded weight and bias are buffers of the graph, folded at compile time from the example inputs (the model's
 parameters and running statistics). Before each call of the compiled graph a ``Refresher`` checks that the six
@@ -39,7 +39,8 @@ hold the buffers see them. An update through ``.data`` bypasses the version coun
 cache keyed on versions. The buffers are a second copy of the folded convolutions' weights (ResNet-50 in fp16: about
 50 MB), held as long as the compiled graph. No Python runs per convolution; the Refresher's checks (six tensors a
 group, once a forward) are inside the example's times above, not measured apart. With Inductor's ``freezing`` on,
-Inductor would take the buffers as constants of its own and a refresh would not reach them. On the eager path the
+Inductor would take the buffers as constants of its own and a refresh would not reach them, and it folds batch norms
+into convolutions itself: kforge+Inductor then leaves the chains to it (backend._fold_conv_bn). On the eager path the
 constants make the in-place trace fall back to AOTAutograd's (Note [the eager path keeps in-place updates] in
 backend.py).
 
@@ -375,9 +376,9 @@ class Refresher:
     constants (so compiled code and CUDA graphs that hold them see the new values).
 
     The check runs once a forward over every group's sources at once (ResNet-50: 53 groups, 265 tensors), in C loops
-    (``itemgetter``, ``map``): the first version looped over the groups in Python and cost 91 us a call on a CPU
-    host where this costs ``benchmarks/probe_fold_host.py``'s figure; only when something changed are the groups
-    looked at one by one."""
+    (``itemgetter``, ``map``); only when something changed are the groups looked at one by one. Looping over the
+    groups in Python cost 91 us a forward of 53 unchanged groups on the development machine's CPU, the one pass 23 us
+    (benchmarks/probe_fold_host.py times it on the GPU machine's host)."""
 
     def __init__(self, groups: list[_Constants], kept: Sequence[int] | None = None) -> None:
         self.groups = groups

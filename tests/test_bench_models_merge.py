@@ -155,11 +155,12 @@ def test_every_names_each_setting_issue_6_asks_for_and_the_examples_define():
     assert {m for m, _ in pairs} == {"resnet50", "sd35_vae", "sd35_mmdit", "gemma4", "qwen35_moe"}
 
 
-def test_run_options_fold_only_when_asked(tmp_path):
-    """--fold-conv-bn turns the fold on for every kforge compile of the run, and only then; kforge accepts both."""
+def test_run_options_fold_as_asked(tmp_path):
+    """Without --fold-conv-bn / --no-fold-conv-bn a run takes kforge's default (on); with one, every kforge compile
+    of the run says it; kforge accepts all three."""
     from forge_backend.config import KforgeConfig
 
-    plain, folded = bench_models.run_options(8, tmp_path), bench_models.run_options(8, tmp_path, fold_conv_bn=True)
-    assert "fold_conv_bn" not in plain and folded["fold_conv_bn"] is True
-    assert not KforgeConfig.load(plain, env={}).fold_conv_bn and KforgeConfig.load(folded, env={}).fold_conv_bn
-    assert bench_models.kforge_env(folded)["KFORGE_FOLD_CONV_BN"] == "1"  # how it travels with --mode
+    plain, folded, unfolded = (bench_models.run_options(8, tmp_path, fold_conv_bn=f) for f in (None, True, False))
+    assert "fold_conv_bn" not in plain and folded["fold_conv_bn"] is True and unfolded["fold_conv_bn"] is False
+    assert [KforgeConfig.load(o, env={}).fold_conv_bn for o in (plain, folded, unfolded)] == [True, True, False]
+    assert bench_models.kforge_env(unfolded)["KFORGE_FOLD_CONV_BN"] == "0"  # how it travels with --mode

@@ -84,12 +84,14 @@ def test_a_folded_block_matches_eager_and_returns_channels_last(inner):
     assert reports[-1].folded == 3 and got.is_contiguous(memory_format=torch.channels_last)
 
 
-def test_off_by_default_folds_nothing():
+def test_on_by_default_and_off_when_asked():
     m, x = block(), torch.randn(2, 8, 9, 9)
-    reports = []
-    with torch.no_grad():
-        torch.compile(m, backend=make_backend(on_report=reports.append), options={"inner": "eager"})(x)
-    assert reports[-1].folded == 0
+    for options, folded in (({}, 3), ({"fold_conv_bn": False}, 0)):
+        reports = []
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(m, backend=make_backend(on_report=reports.append), options=options | {"inner": "eager"})(x)
+        assert reports[-1].folded == folded
 
 
 def test_folds_are_refreshed_when_the_weights_change_and_only_then():
@@ -165,6 +167,24 @@ def test_the_folded_graph_takes_only_the_inputs_it_still_uses():
         refresher(example_inputs)
         torch.testing.assert_close(gm(*refresher.arguments(example_inputs))[0], m(x), rtol=1e-4, atol=1e-5)
     assert refresher.refolds == 1
+
+
+def test_inductor_freezing_keeps_its_own_fold():
+    """With Inductor's freezing on, kforge+Inductor folds nothing (Inductor folds the chains into constants of its
+    own, where a refold could not reach) and says why; the eager path still folds."""
+    from forge_backend.backend import CompileReport, _fold_conv_bn
+    from forge_backend.config import KforgeConfig
+
+    gm, example_inputs = dynamo_graph(block(), torch.randn(2, 8, 9, 9), with_inputs=True)
+    report = CompileReport()
+    with torch._inductor.config.patch(freezing=True):
+        folded, refresher = _fold_conv_bn(gm, example_inputs, KforgeConfig.load(ON | {"inner": "inductor"}, env={}),
+                                          report)
+    assert folded is gm and refresher is None and report.folded == 0
+    assert any("freezing" in why for _, why in report.skipped)
+    folded, refresher = _fold_conv_bn(gm, example_inputs, KforgeConfig.load(ON | {"inner": "eager"}, env={}),
+                                      CompileReport())
+    assert folded is not gm and refresher is not None
 
 
 def test_chains_that_must_not_fold_are_left_alone():
