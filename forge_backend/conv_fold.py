@@ -16,7 +16,12 @@ Through Inductor, with the constants below (no Python per convolution), examples
 by wall time in the same run (H200, thirty-third session, median of 20 calls after 5): fp16 batch 32 3.25 ms against
 3.43 (1.05x), fp32 batch 32 2.91 against 4.01 (1.38x) (results/h200/example_session33_resnet_fold2_*.log). On by
 default since the thirty-fourth session (off with ``fold_conv_bn=False``), after the model benchmark ran with it on
-every ResNet-50 setting (results/h200/models_session34_fold*.json): MEASURE_ME.
+every ResNet-50 setting (results/h200/models_session34_resnet_default.json and _fp32_b1.json, 40 interleaved rounds,
+the median of the per-round ratios): kforge+Inductor against Inductor by wall time 1.149x at fp16 batch 32, 1.180x at
+fp32 batch 32, 1.181x at fp16 batch 1, 1.119x at fp32 batch 1 (Inductor against itself 0.998-1.013), by GPU time
+1.47x, 1.27x, 1.27x and 1.14x; warm compiles within 0.41 s of Inductor's. The first run of that benchmark, before
+the Refresher's one-pass check and the pruned inputs (Note [the folded graph's dead inputs]), read 0.962x, 1.041x,
+1.031x and 1.017x (models_session34_fold.json): the host time per forward decided it.
 
 The pass runs on Dynamo's graph, before any trace, on graphs that need no backward: a ``conv2d`` whose only user is a
 ``batch_norm`` with ``training=False``, then optionally a ReLU, or an add of another tensor of the same shape and a
@@ -37,8 +42,8 @@ in-place update bumps) and folds again, into the same buffers, the groups whose 
 weights are loaded or updated after the compile computes with the new ones, and compiled code and CUDA graphs that
 hold the buffers see them. An update through ``.data`` bypasses the version counter and is not seen, as with any
 cache keyed on versions. The buffers are a second copy of the folded convolutions' weights (ResNet-50 in fp16: about
-50 MB), held as long as the compiled graph. No Python runs per convolution; the Refresher's checks (six tensors a
-group, once a forward) are inside the example's times above, not measured apart. With Inductor's ``freezing`` on,
+50 MB), held as long as the compiled graph. No Python runs per convolution; the Refresher checks six tensors a
+group once a forward, in one pass (its docstring has the cost). With Inductor's ``freezing`` on,
 Inductor would take the buffers as constants of its own and a refresh would not reach them, and it folds batch norms
 into convolutions itself: kforge+Inductor then leaves the chains to it (backend._fold_conv_bn). On the eager path the
 constants make the in-place trace fall back to AOTAutograd's (Note [the eager path keeps in-place updates] in
@@ -378,7 +383,7 @@ class Refresher:
     The check runs once a forward over every group's sources at once (ResNet-50: 53 groups, 265 tensors), in C loops
     (``itemgetter``, ``map``); only when something changed are the groups looked at one by one. Looping over the
     groups in Python cost 91 us a forward of 53 unchanged groups on the development machine's CPU, the one pass 23 us
-    (benchmarks/probe_fold_host.py times it on the GPU machine's host)."""
+    (the same loop as benchmarks/probe_fold_host.py's, which has not run on the GPU machine's host since)."""
 
     def __init__(self, groups: list[_Constants], kept: Sequence[int] | None = None) -> None:
         self.groups = groups
