@@ -26,6 +26,7 @@ from torch._dynamo.utils import counters
 from .capture import scan
 from .cards import OperatorCard
 from .config import KforgeConfig
+from .conv_fold import fold_conv_bn, has_candidates, with_refresh
 from .errors import BadOption
 from .expression import FUSED_OP
 from .inductor_gate import GateDecision, charged_bytes, decide, host_cost_us, inductor_reorders_layout
@@ -144,17 +145,17 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: Kforg
         if refresher is not None:  # the folded graph's inputs (Note [the folded graph's dead inputs])
             example_inputs = refresher.arguments(example_inputs)
         if cfg.inner == "inductor":  # compile_fx may mutate its input: keep gm intact for the fallback
-            return _refreshed(_compile_with_inductor(folded if folded is not gm else _copy_module(gm),
-                                                       example_inputs, cfg, provider, on_report, report), refresher)
+            return with_refresh(_compile_with_inductor(folded if folded is not gm else _copy_module(gm),
+                                                         example_inputs, cfg, provider, on_report, report), refresher)
         gm = folded  # the fallback below keeps the caller's graph: Note [the user's model never breaks]
         traced = _trace_in_place(gm, example_inputs)
         if traced is not None:
-            return _refreshed(_rewrite_or_keep(traced, cfg, provider, report, on_report).forward, refresher)
+            return with_refresh(_rewrite_or_keep(traced, cfg, provider, report, on_report).forward, refresher)
         from torch._functorch.aot_autograd import aot_module_simplified
 
         fw = functools.partial(_forward_compiler, cfg=cfg, provider=provider, report=report, on_report=on_report)
-        return _refreshed(aot_module_simplified(gm, list(example_inputs), fw_compiler=fw, decompositions={}),
-                          refresher)
+        return with_refresh(aot_module_simplified(gm, list(example_inputs), fw_compiler=fw, decompositions={}),
+                            refresher)
     except Exception as e:  # Note [the user's model never breaks]
         if cfg.strict or isinstance(e, torch._dynamo.exc.RestartAnalysis):
             raise  # a restart is Dynamo's to handle (it analyses the frame again), not a failure of kforge's
@@ -171,8 +172,6 @@ def _fold_conv_bn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: 
     None when there are none or ``fold_conv_bn`` is off."""
     if not cfg.fold_conv_bn:
         return gm, None
-    from .conv_fold import fold_conv_bn, has_candidates
-
     if not has_candidates(gm):
         return gm, None
     if cfg.inner == "inductor" and torch._inductor.config.freezing:
@@ -186,15 +185,6 @@ def _fold_conv_bn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: 
         return gm, None
     counters["kforge"]["folded_conv_bn"] += report.folded
     return copy, refresher
-
-
-def _refreshed(fn: Callable, refresher: Any) -> Callable:
-    """``fn`` with the folds' Refresher run before each call (conv_fold.with_refresh), or ``fn`` without one."""
-    if refresher is None:
-        return fn
-    from .conv_fold import with_refresh
-
-    return with_refresh(fn, refresher)
 
 
 def _trace_in_place(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> torch.fx.GraphModule | None:

@@ -392,19 +392,15 @@ class Refresher:
         # None: all of them
         self.kept = None if kept is None else tuple(kept)
         self._select = None if kept is None else _getter(self.kept)
-        # the graph's arguments the groups were folded from, as one tuple
-        self._take = _getter([s.index for g in groups for s in g.sources if s is not None and s.index is not None])
-        self._constants = tuple(s.tensor for g in groups for s in g.sources if s is not None and s.index is None)
-        self._remember(self._take(self._seen_args()))
+        # the graph's arguments and constants the groups were folded from, each as one tuple
+        sources = [(s, t) for g in groups for s, t in zip(g.sources, g.seen) if s is not None]
+        self._take = _getter([s.index for s, _ in sources if s.index is not None])
+        self._constants = tuple(s.tensor for s, _ in sources if s.index is None)
+        self._remember(tuple(t for s, t in sources if s.index is not None))
 
     def arguments(self, args: Sequence[Any]) -> list:
         """The arguments of the folded graph, out of Dynamo's graph's ``args``."""
         return list(args) if self._select is None else list(self._select(args))
-
-    def _seen_args(self) -> dict[int, torch.Tensor]:
-        """The arguments each group was last folded from, by position."""
-        return {s.index: t for g in self.groups for s, t in zip(g.sources, g.seen)
-                if s is not None and s.index is not None}
 
     def _remember(self, inputs: tuple) -> None:
         self._inputs = inputs
@@ -567,7 +563,7 @@ def fold_conv_bn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cache_
     run before each call (None when nothing folded)."""
     inputs = {n: i for i, n in enumerate(gm.graph.find_nodes(op="placeholder"))}
     verified = Verified(cache_dir)
-    verdicts: dict[tuple, str | None] = {}
+    verdicts: dict[VerifiedKey, str | None] = {}
     refused: list[str] = []
     constants: list[_Constants] = []
     renamed: dict[torch.fx.Node, torch.fx.Node] = {}  # a folded group's tail -> its last node, for the groups after
@@ -578,17 +574,17 @@ def fold_conv_bn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cache_
         except LookupError as e:
             refused.append(f"{group.nodes[0].name}: {e}")
             continue
-        sig = _signature(group)
-        if sig not in verdicts and VerifiedKey.of(group) in verified:
-            verdicts[sig] = None
-        elif sig not in verdicts:
-            verdicts[sig] = verify_group(group, seed=len(verdicts))
-            if verdicts[sig] is None:
-                verdicts[sig] = verify_group(group, seed=len(verdicts) + 1)
-            if verdicts[sig] is None:
-                verified.add(VerifiedKey.of(group))
-        if verdicts[sig] is not None:
-            refused.append(f"{group.nodes[0].name}: {verdicts[sig]}")
+        key = VerifiedKey.of(group)
+        if key not in verdicts and key in verified:
+            verdicts[key] = None
+        elif key not in verdicts:
+            verdicts[key] = verify_group(group, seed=len(verdicts))
+            if verdicts[key] is None:
+                verdicts[key] = verify_group(group, seed=len(verdicts) + 1)
+            if verdicts[key] is None:
+                verified.add(key)
+        if verdicts[key] is not None:
+            refused.append(f"{group.nodes[0].name}: {verdicts[key]}")
             continue
         now = [t for _, t in found]
         x = _value(group.args[0])
