@@ -695,3 +695,41 @@ def test_group_norm_held_root_is_captured_and_replayed_by_a_cuda_graph():
     params = family_for(card).root_params(card)
     assert params.get("regs") == 2
     replays_right(card, params)
+
+
+# Note [a row's statistic exchanged within its cluster] (relay_cluster.py): last pieces shorter than the others, more
+# clusters than rows and rows that do not split evenly over the clusters, log_softmax, fp16 with 16-block clusters and
+# a ring of three, a group norm whose channels end inside pieces with mean and rstd stored, the soft cap evaluated
+# once with whole-sector stores, and the anchor rows the exchange was built for
+CLUSTER = [
+    (tc.softmax((5, 64000), "bfloat16"), {"pe": 8192, "nw": 4, "k": 3, "cs": 4, "ncl": 3, "ring": 1}),
+    (tc.softmax((3, 65000), "float32", log=True), {"pe": 8192, "nw": 8, "k": 2, "cs": 8, "ncl": 16, "ring": 2}),
+    (tc.softmax((7, 65536), "float16"), {"pe": 512, "nw": 2, "k": 10, "cs": 16, "ncl": 8, "ring": 3}),
+    (tc.group_norm(1, 64, 200, 200, groups=8, dtype="float32"), {"pe": 8192, "nw": 8, "k": 6, "cs": 8, "ncl": 16,
+                                                                  "ring": 2}),
+    (tc.group_norm(2, 32, 128, 128, groups=4, dtype="bfloat16"), {"pe": 8192, "nw": 4, "k": 5, "cs": 4, "ncl": 3,
+                                                                   "ring": 2, "ramp": 2}),
+    (tc.softmax_fused(SOFTCAP, [((1, 64, 262144), "bfloat16")]),
+     {"pe": 8192, "nw": 8, "k": 10, "cs": 8, "ncl": 16, "ring": 2, "ramp": 2, "once": True, "halves": True}),
+    (tc.group_norm(1, 512, 128, 128, dtype="float32", used=(0,)), {"pe": 8192, "nw": 4, "k": 7, "cs": 8, "ncl": 16,
+                                                                    "ring": 2, "ramp": 2}),
+    (tc.group_norm(2, 1536, 64, 64, dtype="float32", used=(0,)), {"pe": 8192, "nw": 8, "k": 7, "cs": 4, "ncl": 33,
+                                                                   "ring": 2, "ramp": 2}),
+    (tc.softmax((64, 262144), "bfloat16"), {"pe": 16384, "nw": 8, "k": 6, "cs": 8, "ncl": 16, "ring": 2, "ramp": 1}),
+]
+
+
+def cluster_params(card, knobs: dict) -> dict:
+    base = family_for(card).defaults(card, "relay")
+    return {"strategy": "relay", "vec": base["vec"], "writers": True, **knobs}
+
+
+@pytest.mark.parametrize("case", CLUSTER, ids=lambda c: f"{c[0].op.removeprefix('aten.')}-" +
+                         "x".join(map(str, c[0].inputs[0].spec.shape)) + f"-{c[0].inputs[0].spec.dtype}-cs{c[1]['cs']}")
+def test_relay_exchanging_within_clusters_passes_the_verifier(case):
+    check(case[0], cluster_params(*case))
+
+
+def test_cluster_relay_is_captured_and_replayed_by_a_cuda_graph():
+    card, knobs = CLUSTER[3]
+    replays_right(card, cluster_params(card, knobs))

@@ -84,6 +84,8 @@ from typing import Any
 
 from ...contract import Launch
 from .common import SMEM_ADDR, SMEM_LIMIT, SMS, cdiv, flag_knob, knob, launch, scale_knob
+from .relay_cluster import (CLUSTER_HELPERS, cluster_actions, cluster_consts, cluster_defaults, cluster_relay_kernel,
+                            cluster_smem, cluster_threads, cluster_valid)
 from .relay_held import (MAX_REGS, held_head_bytes, held_knob, held_parts, held_progress_ok, held_regs,
                          held_writer_warps)
 
@@ -176,7 +178,9 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     """Only the relay's knobs, in range; 16-byte packs, rows of a multiple of 16 bytes, whole packs per lane of every
     warp, the slots within shared memory, a lag that leaves loads in flight and covers a block's other pieces of the
     same row (Note [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads
-    them all)."""
+    them all). With knob ``cs`` the cluster exchange's own rules."""
+    if "cs" in p:
+        return cluster_valid(p, rows, cols, isz, vbytes)
     if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", *RELAY_KEYS}:
         return False  # another strategy's knob (keep, tma, ...): nothing here reads it
     if p.get("hold", True) is not True or p.get("writers", True) is not True:
@@ -251,12 +255,16 @@ def relay_actions(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Piece size, consumer and resolver warps, slots and lag halved or doubled, the lag and the slots one step either
     way, pieces 1.5 times larger or smaller in the same slot bytes, consumer warps 1.5 times more or fewer (the
     caller filters the invalid ones)."""
+    if "cs" in p:
+        acts = scale_knob(p, "pe") + scale_knob(p, "nw") + [knob(p, "k", p["k"] + 1), knob(p, "k", p["k"] - 1)]
+        return acts + [knob(p, "ramp", r) for r in (1, 2) if r != p.get("ramp")] + cluster_actions(p)
     acts = scale_knob(p, "pe") + scale_knob(p, "nw") + scale_knob(p, "nc") + scale_knob(p, "k") + scale_knob(p, "lag")
     acts += [(f"pieces {p['pe']} -> {q['pe']} in {q['k']} slots", q)
              for q in (relay_resized(p, 3, 2), relay_resized(p, 2, 3))]
     acts += [knob(p, "nw", p["nw"] * 3 // 2), knob(p, "nw", p["nw"] * 2 // 3), flag_knob(p, "hold"), relay_writers(p)]
     acts += [knob(p, "ramp", r) for r in (1, 2) if r != p.get("ramp")]
     if "writers" in p:  # Note [pieces held in the writers' registers] in relay_held.py
+        acts.append(("exchange global -> cluster", cluster_defaults(p)))
         acts += [held_knob(p, r) for r in (p.get("regs", 0) - 1, p.get("regs", 0) + 1) if 0 <= r <= MAX_REGS]
     if "ramp" in p:
         acts.append((f"ramp {p['ramp']} -> off", {key: v for key, v in p.items() if key != "ramp"}))
@@ -281,7 +289,19 @@ def relay_launch(kernel: str, p: dict[str, Any], args: list[str], isz: int, vbyt
     return launch(kernel, SMS, relay_threads(p), args, relay_smem(p, isz, vbytes), cooperative=True)
 
 
+def relay_plan(kernel: str, p: dict[str, Any], args: list[str], rows: str, cols: int, isz: int,
+               vbytes: int = 8) -> tuple[list[Launch], dict[str, tuple[str, bool, bool]] | None]:
+    if "cs" in p:
+        grid = p["ncl"] * p["cs"]
+        return [launch(kernel, grid, cluster_threads(p), args + [f"i64:{rows}"],
+                       cluster_smem(p, cdiv(cols, p["pe"]), isz, vbytes))], None
+    return ([relay_launch(kernel, p, args + ["scratch:part", f"i64:{rows}"], isz, vbytes)],
+            relay_scratch(rows, cdiv(cols, p["pe"])))
+
+
 def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int]:
+    if "cs" in p:
+        return cluster_consts(p, cols, vbytes)
     pe = p["pe"]
     return {"PE": pe, "PPR": cdiv(cols, pe), "NPL": pe // (32 * p["vec"] * p["nw"]), "NW": p["nw"],
             "NC": p["nc"], "NT": relay_threads(p), "K": p["k"],
@@ -328,6 +348,9 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
     ``wrote_slot``: the consumers store into their share of the slot (Note [a prologue evaluated once, into its slot]
     in softmax.py), so before a slot is freed each lane orders its stores before the copy engine's next fill of it
     (fence.proxy.async)."""
+    if "cs" in p:
+        return CLUSTER_HELPERS + cluster_relay_kernel(name, p, params, reduce_piece, resolve, write_piece, prefetch,
+                                                      wrote_slot)
     fence = '\n      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");' if wrote_slot else ""
     wait_row = """
         if (t > 0 && (blockIdx.x + t * NB) / PPR != (blockIdx.x + (t - 1) * NB) / PPR)
