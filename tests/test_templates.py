@@ -439,6 +439,27 @@ def test_rows_sharing_a_broadcast_row_launch_together() -> None:
     _compile_once(sm.generate(gemma, {**sm.root_params(gemma), "order": "bcast"}))
 
 
+def test_relay_reads_its_epoch_before_the_first_copy() -> None:
+    """Note [the epoch read before the first copies]: lane 0 of the publisher and of each resolver loads the epoch
+    before the block's __syncthreads, after which the loader issues the first bulk copy; the mark is made from that
+    value, with no second read of the epoch. The resident kernel's thread 0 reads it before its first copy too."""
+    from forge_backend.search.templates import group_norm as gn
+    from forge_backend.search.templates import softmax as sm
+
+    for fam, card in ((sm, CARDS["softmax_logits_f32"][0]()), (gn, tc.group_norm(1, 512, 128, 128, used=(0,)))):
+        p = fam.root_params(card)
+        src = fam.generate(card, p).source
+        kernel = src[src.index('extern "C"'):]
+        read = kernel.index("? relay_epoch(ctl) : 0u;")
+        assert read < kernel.index("__syncthreads();") < kernel.index("slot_load(")
+        assert kernel.count("relay_epoch(") == 1 and kernel.count("relay_mark(epoch, ctl, &fin, NC + 1)") == 2
+    card = tc.softmax((64, 262144), "bfloat16")
+    src = sm.generate(card, sm.defaults(card, "resident")).source
+    kernel = src[src.index('extern "C"'):]
+    first_copy = kernel.index("issue(c);")
+    assert kernel.index("relay_epoch(ctl)") < first_copy < kernel.index("relay_mark(epoch, ctl, &fin, 1)")
+
+
 def test_relay_group_norm_takes_groups_as_rows() -> None:
     """strategy=relay for group norms (Note [rows relayed through global memory]): a group is a row of
     group_size elements; each piece publishes (mean, M2) and its count follows from its place in the group, so the

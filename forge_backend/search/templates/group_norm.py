@@ -55,8 +55,8 @@ from .common import (FLOAT_DTYPES, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, 
                      make_candidate, output_spec, param_ok, plan_params, pow2_ceil, same_layout, scale_knob, tma_ok,
                      vec_ok, walk_head)
 from . import gn_lag, gn_shared
-from .relay import (RELAY_HELPERS, relay_actions, relay_consts, relay_defaults, relay_kernel, relay_plan, relay_valid,
-                    relay_writers)
+from .relay import (RELAY_HELPERS, relay_actions, relay_consts, relay_defaults, relay_kernel, relay_launch,
+                    relay_scratch, relay_valid, relay_writers)
 
 OPS = ("aten.native_group_norm.default",)
 STRATEGIES = ("sync", "split", "cluster", "pipe", "relay", "lag")
@@ -745,9 +745,10 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     if p["strategy"] == "relay":
         ng, isz = card.sizes["N"] * card.sizes["G"], main_itemsize(card)
         source, args = _relay_source(card, p)
-        launches, scratch = relay_plan("gn_relay", p, args, str(ng), card.sizes["group_size"], isz, vbytes=16)
+        launches = [relay_launch("gn_relay", p, args + ["scratch:part", f"i64:{ng}"], isz, vbytes=16)]
         desc = "group_norm relay " + " ".join(f"{k}={v}" for k, v in sorted(p.items()) if k != "strategy")
-        return make_candidate(source, launches, desc, p, align_of(p["vec"], card_tensors(card)), scratch)
+        return make_candidate(source, launches, desc, p, align_of(p["vec"], card_tensors(card)),
+                              relay_scratch(str(ng), cdiv(card.sizes["group_size"], p["pe"])))
     if p["strategy"] == "lag":
         return gn_lag.generate(card, p)
     return _group_norm(card, p)

@@ -84,8 +84,6 @@ from typing import Any
 
 from ...contract import Launch
 from .common import SMEM_ADDR, SMEM_LIMIT, SMS, cdiv, flag_knob, knob, launch, scale_knob
-from .relay_cluster import (CLUSTER_HELPERS, cluster_actions, cluster_consts, cluster_defaults, cluster_relay_kernel,
-                            cluster_smem, cluster_threads, cluster_valid)
 from .relay_held import (MAX_REGS, held_head_bytes, held_knob, held_parts, held_progress_ok, held_regs,
                          held_writer_warps)
 
@@ -124,14 +122,18 @@ __device__ __forceinline__ unsigned long long get_part(const unsigned long long*
 __device__ __forceinline__ float2 part_value(unsigned long long w) {
   return make_float2(__uint_as_float((unsigned)w), __uint_as_float((unsigned)(w >> 32) & 0x7fffffffu));
 }
-// This launch's mark, from the epoch ctl[0] that the previous launch left in the kept scratch (the Note, marks). Each
-// of the block's `users` warps (publisher and resolvers) reads the epoch and counts itself in `fin`; the block's last
-// counts the block in ctl[1], and the grid's last block, after every warp of the grid has read it, rearms the count
-// and advances the epoch for the next launch.
-__device__ __forceinline__ unsigned relay_mark(unsigned* ctl, unsigned* fin, unsigned users) {
-  unsigned e = 0;
+// The epoch ctl[0] as the previous launch left it in the kept scratch (the Note, marks), read by lane 0 of each warp
+// that needs this launch's mark before the block's first bulk copy is issued (Note [the epoch read before the first
+// copies]).
+__device__ __forceinline__ unsigned relay_epoch(const unsigned* ctl) {
+  return *reinterpret_cast<const volatile unsigned*>(ctl);
+}
+// This launch's mark, from the epoch `e` that lane 0 read (relay_epoch). Each of the block's `users` warps (publisher
+// and resolvers) counts itself in `fin` once its read is done; the block's last counts the block in ctl[1], and the
+// grid's last block, after every warp of the grid has read the epoch, rearms the count and advances the epoch for
+// the next launch.
+__device__ __forceinline__ unsigned relay_mark(unsigned e, unsigned* ctl, unsigned* fin, unsigned users) {
   if ((threadIdx.x & 31) == 0) {
-    e = *reinterpret_cast<volatile unsigned*>(ctl);
     __threadfence();
     if (atomicAdd(fin, 1u) == users - 1) {
       __threadfence();
@@ -178,9 +180,7 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     """Only the relay's knobs, in range; 16-byte packs, rows of a multiple of 16 bytes, whole packs per lane of every
     warp, the slots within shared memory, a lag that leaves loads in flight and covers a block's other pieces of the
     same row (Note [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads
-    them all). With knob ``cs`` the cluster exchange's own rules."""
-    if "cs" in p:
-        return cluster_valid(p, rows, cols, isz, vbytes)
+    them all)."""
     if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", *RELAY_KEYS}:
         return False  # another strategy's knob (keep, tma, ...): nothing here reads it
     if p.get("hold", True) is not True or p.get("writers", True) is not True:
@@ -221,6 +221,44 @@ def writers_progress_ok(ppr: int, blocks: int, k: int, nc: int) -> bool:
     return k >= cdiv(ppr, blocks) + 1 and nc <= k
 
 
+# Note [a row's statistic exchanged within its cluster: measured, not kept]
+# Thirty-fifth session (trial commit 298943b, reverted in the next): knob ``cs`` ran the relay as NCL thread-block
+# clusters of CS blocks, cluster c taking rows c, c + NCL, ..., each block a row's pieces rank, rank + CS, ...; a
+# publisher stored each piece's word into every block of its cluster (st.shared::cluster) and arrived on their
+# mbarriers with release at cluster scope, a resolver combined the row's words from its own shared memory, and a ring
+# of entries with a second mbarrier kept a word from being overwritten before every block had read it (a CPU model of
+# the warps and ten GPU verifier cases passed: results/h200/gpu_tests_session35_cluster.log). No scratch, no marks,
+# no cooperative launch. It lost everywhere (H200, one probe run each, the root first and last;
+# results/h200/probe_session35_cluster*.json): the driver fits only 15 clusters of 8, 7 of 16 or 30 of 4 such blocks
+# at once (cuOccupancyMaxActiveClusters: 120 or 112 of the 132 SMs, the GPCs' sizes), so 16 clusters of 8 ran the
+# last one as a second wave (softmax [64, 262144] bf16 45.5 us, group norm [1,512,128,128] fp32 33.1, against the
+# roots' 23.4 and 20.4), and with clusters that fit, the rows split unevenly over fewer SMs: softmax 28.4-29.4 us
+# (16 x 7, 8 x 15) against 23.5; [1,512,128,128] fp32 24.9-26.5 against 20.6; [2,1536,64,64] fp32 31.7-32.6 against
+# 28.9.
+#
+# Note [the epoch read before the first copies]
+# The publisher and the resolvers need this launch's mark, from the epoch in the kept scratch, before their first word.
+# They read it as they started, after the block's __syncthreads, just as the loader issued the block's first bulk
+# copies: the load then waits behind those copies' bytes on its way back. The group norm [1,512,128,128] fp32 root's
+# timeline (thirty-fifth session, results/h200/trace_session35/): pieces landed at 1.5-2.2 us and the median block
+# published its first word at 2.9 us, but 34 of the 132 blocks (in pairs of neighbouring blocks) only at 5.9-8.1 us,
+# each of their later pieces staying 3-5 us behind its arrival; every group waits for its slowest piece, so the
+# first groups resolved at 8.4 us, nothing was written before 7.4 us of a 16.9 us span, and the full slots stalled
+# the reads (at [2,1536,64,64] fp32: 50 blocks, first write at 6.9 us). The likely cause, not traced further: that
+# read sits behind the copies' bytes, and the block's last warp to count itself in then fences and makes a global
+# atomic under the same load. Lane 0 of those warps now issues the load before the block's __syncthreads, ahead of
+# any copy, and uses it after. Measured in one run, each root twice beside the old code (--swap;
+# results/h200/probe_session35_epoch_early.json): group norm [1,512,128,128] fp32 19.9 and 19.9 us against 20.1 and
+# 20.6; [2,1536,64,64] fp32 27.9 and 28.0 against 29.7 and 28.8; [1,512,256,256] bf16 35.4 twice against 35.5 and
+# 35.8; the softmaxes within their spread (bf16 23.3, 23.4 against 23.3, 24.2; fp32 35.8, 35.7 against 35.7, 35.5;
+# the soft cap 32.9, 32.7 against 32.9, 33.4). Ops runs AE and AF (ops_session35_*.json): [2,1536,64,64] fp32 28.3
+# us, 83% of the copy bandwidth (82% by graph replay); [1,512,128,128] fp32 20.4 us, 77% (21.8 in AE). Its timeline
+# after the change was not taken.
+# Measured, not kept, in the same session: counting each warp in at its end instead of right after its read (the
+# read where it was; results/h200/probe_session35_epoch_at_end.json, each root twice, the old code beside it in the
+# same run): no faster anywhere (group norm [1,512,128,128] fp32 22.7 and 22.3 us against 21.6 and 22.0; softmax
+# [64,262144] fp32 36.5 and 36.6 against 35.9 and 36.0), the count's fence and atomic moving to the kernel's end.
+#
 # Note [relay pieces of 48 KB: an action, not the root]
 # The default layout (32 KB pieces, 6 slots, lag 3) was probed against others in the fifteenth session
 # (results/h200/probe_session15_relay_pieces.json, three calls, each layout next to the root in the same call). 20,
@@ -255,16 +293,12 @@ def relay_actions(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Piece size, consumer and resolver warps, slots and lag halved or doubled, the lag and the slots one step either
     way, pieces 1.5 times larger or smaller in the same slot bytes, consumer warps 1.5 times more or fewer (the
     caller filters the invalid ones)."""
-    if "cs" in p:
-        acts = scale_knob(p, "pe") + scale_knob(p, "nw") + [knob(p, "k", p["k"] + 1), knob(p, "k", p["k"] - 1)]
-        return acts + [knob(p, "ramp", r) for r in (1, 2) if r != p.get("ramp")] + cluster_actions(p)
     acts = scale_knob(p, "pe") + scale_knob(p, "nw") + scale_knob(p, "nc") + scale_knob(p, "k") + scale_knob(p, "lag")
     acts += [(f"pieces {p['pe']} -> {q['pe']} in {q['k']} slots", q)
              for q in (relay_resized(p, 3, 2), relay_resized(p, 2, 3))]
     acts += [knob(p, "nw", p["nw"] * 3 // 2), knob(p, "nw", p["nw"] * 2 // 3), flag_knob(p, "hold"), relay_writers(p)]
     acts += [knob(p, "ramp", r) for r in (1, 2) if r != p.get("ramp")]
     if "writers" in p:  # Note [pieces held in the writers' registers] in relay_held.py
-        acts.append(("exchange global -> cluster", cluster_defaults(p)))
         acts += [held_knob(p, r) for r in (p.get("regs", 0) - 1, p.get("regs", 0) + 1) if 0 <= r <= MAX_REGS]
     if "ramp" in p:
         acts.append((f"ramp {p['ramp']} -> off", {key: v for key, v in p.items() if key != "ramp"}))
@@ -289,19 +323,7 @@ def relay_launch(kernel: str, p: dict[str, Any], args: list[str], isz: int, vbyt
     return launch(kernel, SMS, relay_threads(p), args, relay_smem(p, isz, vbytes), cooperative=True)
 
 
-def relay_plan(kernel: str, p: dict[str, Any], args: list[str], rows: str, cols: int, isz: int,
-               vbytes: int = 8) -> tuple[list[Launch], dict[str, tuple[str, bool, bool]] | None]:
-    if "cs" in p:
-        grid = p["ncl"] * p["cs"]
-        return [launch(kernel, grid, cluster_threads(p), args + [f"i64:{rows}"],
-                       cluster_smem(p, cdiv(cols, p["pe"]), isz, vbytes))], None
-    return ([relay_launch(kernel, p, args + ["scratch:part", f"i64:{rows}"], isz, vbytes)],
-            relay_scratch(rows, cdiv(cols, p["pe"])))
-
-
 def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int]:
-    if "cs" in p:
-        return cluster_consts(p, cols, vbytes)
     pe = p["pe"]
     return {"PE": pe, "PPR": cdiv(cols, pe), "NPL": pe // (32 * p["vec"] * p["nw"]), "NW": p["nw"],
             "NC": p["nc"], "NT": relay_threads(p), "K": p["k"],
@@ -348,9 +370,6 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
     ``wrote_slot``: the consumers store into their share of the slot (Note [a prologue evaluated once, into its slot]
     in softmax.py), so before a slot is freed each lane orders its stores before the copy engine's next fill of it
     (fence.proxy.async)."""
-    if "cs" in p:
-        return CLUSTER_HELPERS + cluster_relay_kernel(name, p, params, reduce_piece, resolve, write_piece, prefetch,
-                                                      wrote_slot)
     fence = '\n      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");' if wrote_slot else ""
     wait_row = """
         if (t > 0 && (blockIdx.x + t * NB) / PPR != (blockIdx.x + (t - 1) * NB) / PPR)
@@ -381,6 +400,8 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
   const long long n = blockIdx.x < np ? (np - 1 - blockIdx.x) / NB + 1 : 0;  // this block's pieces: b, b + NB, ...
   unsigned* ctl = reinterpret_cast<unsigned*>(part + np);  // the epoch and the blocks that have read it
   __shared__ unsigned fin;  // the block's warps that have read the epoch
+  // Note [the epoch read before the first copies]: lane 0 of the publisher and of each resolver
+  const unsigned epoch = lane == 0 && (warp == NW + NC + 1 || (warp >= NW && warp < NW + NC)) ? relay_epoch(ctl) : 0u;
   KF_TRACE_BLOCK(threadIdx.x == 0, 0);
   if (threadIdx.x == 0) {{
     fin = 0;
@@ -408,7 +429,7 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
     return;
   }}
   if (warp == NW + NC + 1) {{  // the publisher: each piece's partial, its warps' in warp order, as soon as reduced
-    const unsigned mark = relay_mark(ctl, &fin, NC + 1);
+    const unsigned mark = relay_mark(epoch, ctl, &fin, NC + 1);
     for (long long u = 0; u < n; ++u) {{
       const int sl = (int)(u % K);
       bar_wait(reduced + sl, (unsigned)(u / K) & 1u);
@@ -422,7 +443,7 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
 {writers}  // resolver c: the pieces in slots c, c + NC, ... (every use of a slot, in order): wait until the piece's
   // row is published, combine it in piece order
   if (warp >= NW) {{
-    const unsigned mark = relay_mark(ctl, &fin, NC + 1);
+    const unsigned mark = relay_mark(epoch, ctl, &fin, NC + 1);
     long long last_row = -1;  // the row this warp resolved last, and (in lane 0) its statistic
     float2 last = make_float2(0.f, 0.f);
     for (long long u = warp - NW; u < n; u += NC) {{{h['resolver_wait']}

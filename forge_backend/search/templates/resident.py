@@ -131,10 +131,11 @@ def resident_scratch() -> dict[str, tuple[int, bool, bool]]:
 
 def resident_kernel(name: str, params: str, once: bool, write: str) -> str:
     """The resident softmax kernel (see the Note). The caller's header defines T, P (a pack of VEC T), PO, TO, VEC,
-    ``resident_consts``, relay.py's helpers (put_part, get_part, part_value, relay_mark, bar_*, slot_load) and
-    ``stat_weight(sum)``; with ``once``, also ``xv(T) -> float`` (the prologue) and ``narrow(float) -> T``: each pack
-    is replaced by its prologue's rounded values as it is folded, where it lies. ``write`` stores the outputs of
-    ``const P p`` at ``y + gp * VEC`` from ``const float m, w`` (the row's max and ``stat_weight`` of its sum)."""
+    ``resident_consts``, relay.py's helpers (put_part, get_part, part_value, relay_epoch, relay_mark, bar_*,
+    slot_load) and ``stat_weight(sum)``; with ``once``, also ``xv(T) -> float`` (the prologue) and ``narrow(float)
+    -> T``: each pack is replaced by its prologue's rounded values as it is folded, where it lies. ``write`` stores the
+    outputs of ``const P p`` at ``y + gp * VEC`` from ``const float m, w`` (the row's max and ``stat_weight`` of its
+    sum)."""
     fold = """
 #pragma unroll
       for (int j = 0; j < VEC; ++j) p.v[j] = narrow(xv(p.v[j]));""" if once else ""
@@ -174,6 +175,7 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
     if (c < NCH && n > 0) slot_load(sm + c * CH, x + (f + c * CH) * VEC, (unsigned)(n * 16), full + c);
   }};
   KF_TRACE_BLOCK(tid == 0, 0);
+  const unsigned epoch = tid == 0 ? relay_epoch(ctl) : 0u;  // Note [the epoch read before the first copies] (relay.py)
   if (tid == 0) {{
     fin = 0;
     for (int c = 0; c < NCH; ++c) bar_init(full + c, 1);
@@ -188,7 +190,7 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
     if (tid < NCT && j < cnt) rp[i] = ldp<T, VEC>(x + (f + j) * VEC);
   }}
   unsigned mark = 0;
-  if (tid < 32) mark = relay_mark(ctl, &fin, 1);
+  if (tid < 32) mark = relay_mark(epoch, ctl, &fin, 1);
   __syncthreads();  // the mbarriers are initialised
   float2 a0 = make_float2(-CUDART_INF_F, 0.f), a1 = a0;  // this thread's (max, sum) of row r0 and of row r0 + 1
   if (NCT < NT && tid == NCT && DEPTH < NCH)  // a loader warp of its own (Note [copies in flight])

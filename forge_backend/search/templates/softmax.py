@@ -68,7 +68,8 @@ from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACH
                      flag_knob, kept_ok, knob, launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill,
                      row_loop, row_of_source, row_order, rows_aligned, scale_knob, tma_ok, typedefs, vec_ok, walk_head)
 from .fused import row_loader, row_prologue_dtype
-from .relay import RELAY_HELPERS, relay_actions, relay_consts, relay_defaults, relay_kernel, relay_plan, relay_valid
+from .relay import (RELAY_HELPERS, relay_actions, relay_consts, relay_defaults, relay_kernel, relay_launch,
+                    relay_scratch, relay_valid)
 from .resident import (resident_actions, resident_consts, resident_defaults, resident_kernel, resident_launch,
                        resident_scratch, resident_valid)
 
@@ -910,9 +911,10 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
                            smem)]
         src, scratch = _pipe_source(card, p, log), None
     elif s == "relay":  # Note [rows relayed through global memory]: one block per SM, every block resident
-        launches, scratch = relay_plan("softmax_relay", p, _in_args(card) + ["out:0"], "rows", cols,
-                                       _relay_isz(card))
-        src = _relay_source(card, p, log)
+        ppr = cdiv(cols, p["pe"])
+        args = _in_args(card) + ["out:0", "scratch:part", "i64:rows"]
+        launches = [relay_launch("softmax_relay", p, args, _relay_isz(card))]
+        src, scratch = _relay_source(card, p, log), relay_scratch("rows", ppr)
     elif s == "resident":  # Note [a tensor held on chip whole]: one block per SM, every block resident
         args = _in_args(card) + ["out:0", "scratch:part", "i64:rows"]
         launches = [resident_launch("softmax_resident", p, args, rows, cols, _relay_isz(card))]
