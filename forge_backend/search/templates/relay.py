@@ -239,7 +239,7 @@ def writers_progress_ok(ppr: int, blocks: int, k: int, nc: int) -> bool:
 # Note [the epoch read before the first copies]
 # The publisher and the resolvers need this launch's mark, from the epoch in the kept scratch, before their first word.
 # They read it as they started, after the block's __syncthreads, just as the loader issued the block's first bulk
-# copies: the load then waits behind those copies' bytes on its way back. The group norm [1,512,128,128] fp32 root's
+# copies, and under those copies' load. The group norm [1,512,128,128] fp32 root's
 # timeline (thirty-fifth session, results/h200/trace_session35/): pieces landed at 1.5-2.2 us and the median block
 # published its first word at 2.9 us, but 34 of the 132 blocks (in pairs of neighbouring blocks) only at 5.9-8.1 us,
 # each of their later pieces staying 3-5 us behind its arrival; every group waits for its slowest piece, so the
