@@ -1,6 +1,7 @@
 # Sourced by the probe plans: the environment, `probe PART SECONDS ARGS...` (one probe_variants.py run into
 # $OUT/probe_PART, its summary lines printed) and `collect NAME` (every part's rows into $OUT/probe_NAME.json and their
-# logs into $OUT/probe_NAME.log: the device tool brings back only a few files).
+# logs into $OUT/probe_NAME.log: the device tool brings back only a few files), `root_of CASE` (a probe case's root
+# as k=v,k=v) and `swap_roots NAME SWAP CASE...` (each case's root timed beside a --swap of its source, twice).
 set -uo pipefail
 OUT=${OUT:-/tmp/kforge-out}; mkdir -p "$OUT"
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -20,4 +21,23 @@ PY
   cat "$OUT"/probe_*.log > "$OUT/probe_$1.joined"
   rm -rf "$OUT"/probe_*/ "$OUT"/probe_*.log
   mv "$OUT/probe_$1.joined" "$OUT/probe_$1.log"
+}
+root_of() {  # a probe case's root as k=v,k=v (for --params)
+  python3 - "$1" <<'PY'
+import sys
+sys.path.insert(0, "benchmarks")
+import probe_variants as pv
+from forge_backend.search.templates import family_for
+card = {n: c for n, c, _ in pv.cases()}[sys.argv[1]]
+root = family_for(card).root_params(card)
+print(",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in root.items()))
+PY
+}
+swap_roots() {  # swap_roots NAME SWAP CASE...: each case's root twice, each time beside SWAP applied to its source
+  # (new, swapped, new, swapped in one run), every case's rows into $OUT/probe_NAME.json/.log
+  local name=$1 swap=$2 c; shift 2
+  for c in "$@"; do
+    probe "$(echo "$c" | tr -c 'a-z0-9' '_')" "${T:-60}" --only "=$c" --params "$(root_of "$c")" --swap "$swap"
+  done
+  collect "$name"
 }

@@ -6,14 +6,11 @@
 # Run on the device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/epoch_early.sh    -> $OUT/probe_epoch.json, $OUT/probe_epoch.log
 . benchmarks/plans/common.sh
-OLD="warp < NW + NC)) ? relay_epoch(ctl) : 0u;=>warp < NW + NC)) ? 0u : 0u; && relay_mark(epoch, ctl,=>relay_mark(lane == 0 ? relay_epoch(ctl) : 0u, ctl,"
-for c in "softmax [64,262144] bf16" "softcap softmax [64,262144] bf16" "group_norm [1,512,128,128] fp32" \
-         "group_norm [2,1536,64,64] fp32" "softmax [64,262144] fp32" "group_norm [1,512,256,256] bf16"; do
-  root=$(python3 -c "
-import sys; sys.path.insert(0, 'benchmarks'); import probe_variants as pv
-from forge_backend.search.templates import family_for
-card = {n: c for n, c, _ in pv.cases()}['$c']
-print(','.join(f'{k}={str(v).lower() if isinstance(v, bool) else v}' for k, v in family_for(card).root_params(card).items()))")
-  probe "$(echo "$c" | tr -c 'a-z0-9' '_')" "${T:-60}" --only "=$c" --params "$root" --swap "$OLD"
-done
-collect epoch
+OLD="warp < NW + NC)) ? relay_epoch(ctl) : 0u;=>warp < NW + NC)) ? 0u : 0u; && "
+OLD+="relay_mark(epoch, ctl,=>relay_mark(lane == 0 ? relay_epoch(ctl) : 0u, ctl,"
+swap_roots epoch "$OLD" "softmax [64,262144] bf16" \
+  "softcap softmax [64,262144] bf16" \
+  "group_norm [1,512,128,128] fp32" \
+  "group_norm [2,1536,64,64] fp32" \
+  "softmax [64,262144] fp32" \
+  "group_norm [1,512,256,256] bf16"

@@ -12,14 +12,8 @@
 PUB=$'as soon as reduced\n    const unsigned mark = relay_mark(epoch, ctl, &fin, NC + 1);'
 SWAP="$PUB=>${PUB%%const*}const unsigned mark = (__shfl_sync(0xffffffffu, epoch, 0) & 1u) ^ 1u;  // not counted"
 SWAP+=" && relay_mark(epoch, ctl, &fin, NC + 1)=>relay_mark(epoch, ctl, &fin, NC)"
-for c in "group_norm [1,512,128,128] fp32" "group_norm [2,1536,64,64] fp32" "softmax [64,262144] bf16" \
-         "softcap softmax [64,262144] bf16"; do
-  root=$(python3 -c "
-import sys; sys.path.insert(0, 'benchmarks'); import probe_variants as pv
-from forge_backend.search.templates import family_for
-card = {n: c for n, c, _ in pv.cases()}['$c']
-print(','.join(f'{k}={str(v).lower() if isinstance(v, bool) else v}' for k, v in family_for(card).root_params(card).items()))")
-  probe "$(echo "$c" | tr -c 'a-z0-9' '_')" "${T:-60}" --only "=$c" --params "$root" --swap "$SWAP"
-done
-collect uncounted
+swap_roots uncounted "$SWAP" "group_norm [1,512,128,128] fp32" \
+  "group_norm [2,1536,64,64] fp32" \
+  "softmax [64,262144] bf16" \
+  "softcap softmax [64,262144] bf16"
 OUT=$OUT/tr T=60 bash benchmarks/run_device.sh trace --case "=group_norm [1,512,128,128] fp32" --launches 1 | head -30
