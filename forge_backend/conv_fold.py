@@ -602,8 +602,8 @@ def fold_conv_bn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cache_
             gm.graph.erase_node(node)
     kept = None
     if constants:
-        kept = _prune_inputs(gm, [n for n, i in inputs.items() if any(s is not None and s.index == i
-                                                                     for g in constants for s in g.sources)])
+        used = {s.index for g in constants for s in g.sources if s is not None}
+        kept = _prune_inputs(gm, [n for n, i in inputs.items() if i in used])
         gm.graph.lint()
         gm.recompile()
     for why in refused:
