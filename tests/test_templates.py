@@ -442,7 +442,8 @@ def test_rows_sharing_a_broadcast_row_launch_together() -> None:
 def test_relay_reads_its_epoch_before_the_first_copy() -> None:
     """Note [the epoch read before the first copies]: lane 0 of the publisher and of each resolver loads the epoch
     before the block's __syncthreads, after which the loader issues the first bulk copy; the mark is made from that
-    value, with no second read of the epoch. The resident kernel's thread 0 reads it before its first copy too."""
+    value, with no second read of the epoch; the publisher does not count itself in, and the resolvers count after the
+    barrier. The resident kernel's thread 0 reads it before its first copy too."""
     from forge_backend.search.templates import group_norm as gn
     from forge_backend.search.templates import softmax as sm
 
@@ -450,9 +451,11 @@ def test_relay_reads_its_epoch_before_the_first_copy() -> None:
         p = fam.root_params(card)
         src = fam.generate(card, p).source
         kernel = src[src.index('extern "C"'):]
-        read = kernel.index("? relay_epoch(ctl) : 0u;")
-        assert read < kernel.index("__syncthreads();") < kernel.index("slot_load(")
-        assert kernel.count("relay_epoch(") == 1 and kernel.count("relay_mark(epoch, ctl, &fin, NC + 1)") == 2
+        read, barrier = kernel.index("? relay_epoch(ctl) : 0u;"), kernel.index("__syncthreads();")
+        assert read < barrier < kernel.index("slot_load(")
+        # Note [the publisher left out of the epoch's count]: only the resolvers count, after the barrier
+        assert kernel.count("relay_epoch(") == 1 and kernel.count("relay_mark_of(epoch)") == 1
+        assert kernel.count("relay_mark(") == 1 and barrier < kernel.index("relay_mark(epoch, ctl, &fin, NC);")
     card = tc.softmax((64, 262144), "bfloat16")
     src = sm.generate(card, sm.defaults(card, "resident")).source
     kernel = src[src.index('extern "C"'):]

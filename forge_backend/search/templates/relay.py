@@ -51,7 +51,8 @@ Marks: every launch writes every word once, so a word written by the previous la
 The scratch is kept between launches (Note [scratch kept between launches] in contract.py): zeroed on the first
 launch, then as the last launch left it, with no fill kernel before each launch. After the words sit two counters,
 an epoch and a count of blocks. The publisher and the resolvers read the epoch as they start, and this launch's mark
-is its parity flipped (1 on a zeroed scratch, as before). Once every such warp of the grid has read it (the count),
+is its parity flipped (1 on a zeroed scratch, as before). Once every resolver of the grid has read it (the count; the
+publisher's read is ordered before its block's resolvers count, Note [the publisher left out of the epoch's count]),
 the last block advances the epoch and rearms the count, so the next launch writes the other mark and never reads a
 word of this one as its own. tests/test_relay_protocol.py runs the model over launches
 in a row on one scratch: an epoch that never advances lets a resolver take last launch's words. Measured against the
@@ -128,10 +129,13 @@ __device__ __forceinline__ float2 part_value(unsigned long long w) {
 __device__ __forceinline__ unsigned relay_epoch(const unsigned* ctl) {
   return *reinterpret_cast<const volatile unsigned*>(ctl);
 }
-// This launch's mark, from the epoch `e` that lane 0 read (relay_epoch). Each of the block's `users` warps (publisher
-// and resolvers) counts itself in `fin` once its read is done; the block's last counts the block in ctl[1], and the
-// grid's last block, after every warp of the grid has read the epoch, rearms the count and advances the epoch for
-// the next launch.
+// This launch's mark, from the epoch `e` that lane 0 read (relay_epoch), for a warp that does not count itself in
+// (Note [the publisher left out of the epoch's count]).
+__device__ __forceinline__ unsigned relay_mark_of(unsigned e) { return (__shfl_sync(0xffffffffu, e, 0) & 1u) ^ 1u; }
+// This launch's mark, from the epoch `e` that lane 0 read (relay_epoch). Each of the block's `users` counting warps
+// counts itself in `fin` once its read is done; the block's last counts the block in ctl[1], and the grid's last
+// block, after every counting warp of the grid has read the epoch, rearms the count and advances the epoch for the
+// next launch.
 __device__ __forceinline__ unsigned relay_mark(unsigned e, unsigned* ctl, unsigned* fin, unsigned users) {
   if ((threadIdx.x & 31) == 0) {
     __threadfence();
@@ -143,7 +147,7 @@ __device__ __forceinline__ unsigned relay_mark(unsigned e, unsigned* ctl, unsign
       }
     }
   }
-  return (__shfl_sync(0xffffffffu, e, 0) & 1u) ^ 1u;
+  return relay_mark_of(e);
 }
 // Note [a relay's timeline]: KF_TRACE(cond, event, piece) marks the pipeline's steps and KF_TRACE_BLOCK(cond, event)
 // a block's start and its consumers' end; benchmarks/trace_relay.py defines them to stamp the global timer, and
@@ -253,11 +257,29 @@ def writers_progress_ok(ppr: int, blocks: int, k: int, nc: int) -> bool:
 # 35.8; the softmaxes within their spread (bf16 23.3, 23.4 against 23.3, 24.2; fp32 35.8, 35.7 against 35.7, 35.5;
 # the soft cap 32.9, 32.7 against 32.9, 33.4). Ops runs AE and AF (ops_session35_*.json): [2,1536,64,64] fp32 28.3
 # us, 83% of the copy bandwidth (82% by graph replay); [1,512,128,128] fp32 20.4 us, 77% (21.8 in AE). Its timeline
-# after the change was not taken.
+# after the change (thirty-sixth session, results/h200/trace_session36_gn.log): first write at 4.4 us of a 15.4 us
+# span (7.4 of 16.9 before).
 # Measured, not kept, in the same session: counting each warp in at its end instead of right after its read (the
 # read where it was; results/h200/probe_session35_epoch_at_end.json, each root twice, the old code beside it in the
 # same run): no faster anywhere (group norm [1,512,128,128] fp32 22.7 and 22.3 us against 21.6 and 22.0; softmax
 # [64,262144] fp32 36.5 and 36.6 against 35.9 and 36.0), the count's fence and atomic moving to the kernel's end.
+#
+# Note [the publisher left out of the epoch's count]
+# The publisher needs the mark but need not count itself in: lane 0 reads the epoch before the block's __syncthreads
+# (Note [the epoch read before the first copies]), and the block's resolvers count themselves in only after it, so
+# the barrier (the ordering of membar.cta) puts the publisher's read before any count of its block, and the last
+# count, which advances the epoch, comes after every block's reads. The publisher then issues no fence and no atomic
+# before its first word: relay_mark_of takes the mark from the value read, and `fin` counts the NC resolvers.
+# tests/test_relay_protocol.py models the block's barrier and finds stale words or a deadlock where the resolvers
+# count before it. Measured (thirty-sixth session, each root beside the counting publisher in one run, twice, in two
+# device calls; results/h200/probe_session36_uncounted.json, probe_session36_early_issue.json): group norm
+# [1,512,128,128] fp32 20.3, 20.0, 20.0 and 19.9 us against 20.4, 20.8, 20.2 and 21.2; [2,1536,64,64] fp32 27.8,
+# 27.7, 27.8, 27.6 against 28.2, 28.1, 28.2, 27.6; the softmax [64,262144] bf16 23.6, 23.6, 23.5, 23.9 against 23.5,
+# 23.9, 24.2, 23.8; the soft cap 32.5, 32.7, 32.7, 32.9 against 32.6, 32.7, 33.0, 32.9.
+# Measured, not kept, in the same runs: thread 0 issuing the block's first RAMP copies right after it initialises the
+# barriers, before the block's __syncthreads (the loader starting at copy RAMP): the group norm [1,512,128,128] 20.0
+# twice, 19.9 and 19.8 with the uncounted publisher; [2,1536,64,64] 28.6 and 28.4 (27.8, 27.9 with it); the softmax
+# bf16 23.0 and 23.3 (23.7, 23.4); the soft cap 33.1, 33.2 (32.7, 32.9): nothing on top of the uncounted publisher.
 #
 # Note [relay pieces of 48 KB: an action, not the root]
 # The default layout (32 KB pieces, 6 slots, lag 3) was probed against others in the fifteenth session
@@ -429,7 +451,7 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
     return;
   }}
   if (warp == NW + NC + 1) {{  // the publisher: each piece's partial, its warps' in warp order, as soon as reduced
-    const unsigned mark = relay_mark(epoch, ctl, &fin, NC + 1);
+    const unsigned mark = relay_mark_of(epoch);  // Note [the publisher left out of the epoch's count]
     for (long long u = 0; u < n; ++u) {{
       const int sl = (int)(u % K);
       bar_wait(reduced + sl, (unsigned)(u / K) & 1u);
@@ -443,7 +465,7 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
 {writers}  // resolver c: the pieces in slots c, c + NC, ... (every use of a slot, in order): wait until the piece's
   // row is published, combine it in piece order
   if (warp >= NW) {{
-    const unsigned mark = relay_mark(epoch, ctl, &fin, NC + 1);
+    const unsigned mark = relay_mark(epoch, ctl, &fin, NC);
     long long last_row = -1;  // the row this warp resolved last, and (in lane 0) its statistic
     float2 last = make_float2(0.f, 0.f);
     for (long long u = warp - NW; u < n; u += NC) {{{h['resolver_wait']}
