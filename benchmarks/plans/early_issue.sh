@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The relay roots' start (thirty-sixth session). The thirty-fifth session's timeline of the group norm
-# [1,512,128,128] fp32 root (and this session's, after the epoch read moved) puts 0.77 us between a block's start and
-# its first bulk copy: the copy waits for thread 0's barrier inits, the block's __syncthreads and the loader warp's
-# branch, code that the L2 flush before each timed call has evicted. In one run, each root beside three swaps of its
+# The relay roots' start (thirty-sixth session; results/h200/probe_session36_early_issue.json and
+# trace_session36_softmax.*; swap 0 became the code after it, so on later code swaps 0 and 2 find nothing to
+# replace). The group norm [1,512,128,128] fp32 root's timelines put 0.77 us between a block's start and its first
+# bulk copy: the copy waits for thread 0's barrier inits, the block's __syncthreads and the loader warp's branch
+# (code the L2 flush before each timed call may have evicted). In one run, each root beside three swaps of its
 # source, twice over: [swap 0] the publisher left out of the epoch's count (publisher_uncounted.sh), [swap 1] thread
 # 0 issues the block's first RAMP copies itself, right after it initialises the barriers and before the block's
 # barrier (the loader starts at copy RAMP), [swap 2] both. Then the softmax [64,262144] bf16 root's timeline as the

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Not yet run (written in the thirty-fifth session, which had no device time left for it): the relay roots as they
+# Run in the thirty-sixth session (results/h200/probe_session36_uncounted.json, trace_session36_gn.*); its swap became
+# the code after it (Note [the publisher left out of the epoch's count]), so on later code it finds nothing to
+# replace. Written in the thirty-fifth session, which had no device time left for it: the relay roots as they
 # are and, in the same run, with the publisher left out of the epoch's count ([swap 0]): only the resolvers count
 # themselves in (NC users a block, not NC + 1), after the block's __syncthreads, which already orders the publisher's
 # early read of the epoch before them (Note [the epoch read before the first copies] in templates/relay.py), so no
