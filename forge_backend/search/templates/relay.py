@@ -421,7 +421,7 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
   const long long NB = gridDim.x, np = rows * PPR;
   const long long n = blockIdx.x < np ? (np - 1 - blockIdx.x) / NB + 1 : 0;  // this block's pieces: b, b + NB, ...
   unsigned* ctl = reinterpret_cast<unsigned*>(part + np);  // the epoch and the blocks that have read it
-  __shared__ unsigned fin;  // the block's warps that have read the epoch
+  __shared__ unsigned fin;  // the block's resolvers that have read the epoch (the publisher is not counted)
   // Note [the epoch read before the first copies]: lane 0 of the publisher and of each resolver
   const unsigned epoch = lane == 0 && (warp == NW + NC + 1 || (warp >= NW && warp < NW + NC)) ? relay_epoch(ctl) : 0u;
   KF_TRACE_BLOCK(threadIdx.x == 0, 0);
