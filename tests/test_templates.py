@@ -1206,3 +1206,47 @@ def test_relay_knob_ramp_issues_the_first_copies_a_few_at_a_time() -> None:
         assert not sm.valid(card, {**root, "ramp": bad})
     acts = dict(sm.actions(card, root))
     assert acts["ramp 1 -> 2"] == {**root, "ramp": 2} and acts["ramp 1 -> off"] == plain
+
+
+def test_relay_knob_eager_writes_pieces_as_their_rows_resolve() -> None:
+    """Note [writes as soon as their rows resolve]: a flag of the joint relay only (writers of their own write so
+    already); its consumers poll both mbarriers in one loop, and the writers action drops it."""
+    from forge_backend.search.templates import group_norm as gn
+    from forge_backend.search.templates import softmax as sm
+
+    card = tc.softmax((64, 262144), "bfloat16")
+    root = sm.root_params(card)
+    assert "eager" not in root and "writers" not in root
+    eager = dict(sm.actions(card, root))["eager False -> True"]
+    assert eager == {**root, "eager": True} and sm.valid(card, eager)
+    src, plain = sm.generate(card, eager).source, sm.generate(card, root).source
+    assert "for (long long t = 0, u = 0; u < n;)" in src and "bar_test(ready + u % K" in src
+    assert "bar_test(full" not in plain and "for (long long t = 0; t < n + LAG; ++t)" in plain
+    assert dict(sm.actions(card, eager))["eager True -> False"] == root
+    for bad in (False, 1, "yes"):
+        assert not sm.valid(card, {**root, "eager": bad})
+    writers = dict(sm.actions(card, eager))["writers False -> True"]
+    assert "eager" not in writers and "lag" not in writers and sm.valid(card, writers)
+    assert not sm.valid(card, {**writers, "eager": True})
+    gcard = tc.group_norm(1, 512, 128, 128, dtype="float32", used=(0,))
+    groot = gn.root_params(gcard)
+    assert "writers" in groot and not any(k.startswith("eager") for k in dict(gn.actions(gcard, groot)))
+
+
+def test_relay_knob_evict_marks_the_bulk_copies_evict_first() -> None:
+    """Note [the input's lines first out of the L2]: an action of every relay (measured, not the root); the loader's
+    copies carry the policy and nothing else changes."""
+    from forge_backend.search.templates import group_norm as gn
+    from forge_backend.search.templates import softmax as sm
+
+    for fam, card in ((sm, tc.softmax((64, 262144), "bfloat16")),
+                      (gn, tc.group_norm(1, 512, 128, 128, dtype="float32", used=(0,)))):
+        root = fam.root_params(card)
+        assert "evict" not in root
+        on = dict(fam.actions(card, root))["evict False -> True"]
+        assert on == {**root, "evict": True} and fam.valid(card, on)
+        assert not fam.valid(card, {**root, "evict": False})
+        src, plain = fam.generate(card, on).source, fam.generate(card, root).source
+        assert "slot_load_first(slots +" in src and "slot_load_first(slots +" not in plain
+        assert src.replace("slot_load_first(slots +", "slot_load(slots +") == plain
+        _compile_once(fam.generate(card, on))
