@@ -98,8 +98,7 @@ class Scratch:
 
 
 def simulate(rows: int, ppr: int, blocks: int, k: int, lag: int | None, nc: int, seed: int, launches: int = 1,
-             advance: bool = True, ramp: int | None = None, regs: int = 0, count_first: bool = False,
-             eager: bool = False, **held) -> str:
+             advance: bool = True, ramp: int | None = None, regs: int = 0, count_first: bool = False, **held) -> str:
     """Run ``launches`` launches one after another (stream order) on one kept scratch: ``done``, ``deadlock``,
     ``misread``, ``stale`` (a resolver took a word of an earlier launch) or ``race``. ``advance=False`` is a kernel
     whose epoch never moves. ``lag=None``: writer warps of their own (Note [writers of their own]); ``regs``: holding
@@ -107,22 +106,20 @@ def simulate(rows: int, ppr: int, blocks: int, k: int, lag: int | None, nc: int,
     ``ramp``: the loader issues its first K copies RAMP at a time, each once the copy RAMP before it has landed (Note
     [the first copies a few at a time]); without it they have all landed before any warp starts. ``count_first``: the
     resolvers count themselves in before the block's barrier, not after it (a kernel that would break Note [the
-    publisher left out of the epoch's count]). ``eager``: the consumers write a piece as soon as its row is resolved
-    (Note [writes as soon as their rows resolve])."""
+    publisher left out of the epoch's count])."""
     scratch = Scratch({g: (0, -1) for g in range(rows * ppr)})
     for launch in range(launches):
         blocks_ = [Block(b, (rows * ppr - 1 - b) // blocks + 1 if b < rows * ppr else 0, k, regs, **held)
                    for b in range(blocks)]
         result = _one_launch(blocks_, ppr, lag, nc, random.Random(seed * 1000 + launch), scratch, launch, advance,
-                             ramp, count_first, eager)
+                             ramp, count_first)
         if result != "done":
             return result
     return "done"
 
 
 def _one_launch(blks: list[Block], ppr: int, lag: int | None, nc: int, rng: random.Random, scratch: Scratch,
-                launch: int, advance: bool, ramp: int | None = None, count_first: bool = False,
-                eager: bool = False) -> str:
+                launch: int, advance: bool, ramp: int | None = None, count_first: bool = False) -> str:
     agents = []
     users = len(blks) * nc  # the grid's resolvers: each reads the epoch once and counts itself in
     for blk in blks:
@@ -130,8 +127,7 @@ def _one_launch(blks: list[Block], ppr: int, lag: int | None, nc: int, rng: rand
             blk.slot[t % blk.k] = t
             blk.bar("full", t).arrive()
         agents += [start(blk, scratch), loader(blk, ramp), publisher(blk, len(blks), scratch, launch)]
-        agents += [(eager_consumers if eager else consumers)(blk, lag)] if lag is not None else \
-            [reducers(blk), writers(blk)]
+        agents += [consumers(blk, lag)] if lag is not None else [reducers(blk), writers(blk)]
         agents += [resolver(blk, c, nc, len(blks), ppr, scratch, launch, users, advance, count_first)
                    for c in range(nc)]
     live = [iter(a) for a in agents]
@@ -235,22 +231,6 @@ def consumers(blk: Block, lag: int):
             yield from write_step(blk, t - lag)
 
 
-def eager_consumers(blk: Block, lag: int):
-    """Knob ``eager`` (Note [writes as soon as their rows resolve]): the consumers write piece u as soon as its row
-    is resolved, and wait for it only once LAG pieces after it are reduced or every piece is; otherwise they reduce
-    piece t as soon as it has landed, and poll both (``mbarrier.test_wait``) while neither is there."""
-    t = u = 0
-    while u < blk.pieces:
-        if u < t and (t == blk.pieces or t - u > lag or blk.wait("ready", u)):
-            yield from write_step(blk, u)
-            u += 1
-        elif t < blk.pieces and blk.wait("full", t):
-            yield from reduce_step(blk, t)
-            t += 1
-        else:
-            yield False
-
-
 def reducers(blk: Block):
     """Knob ``writers``: the consumers reduce each piece as it arrives and never wait for a row."""
     for t in range(blk.pieces):
@@ -343,22 +323,6 @@ def runs_to_the_end(settings, allowed, **kw) -> int:
 def test_every_setting_the_progress_rule_allows_runs_to_the_end() -> None:
     settings = ((blocks, rows, ppr, k, lag, nc, 0) for blocks, rows, ppr, k, lag, nc in _cases())
     assert runs_to_the_end(settings, lambda b, ppr, k, lag, nc, _: progress_ok(ppr, b, k, lag, nc)) > 300
-
-
-def test_eager_writes_run_to_the_end_wherever_the_progress_rule_allows() -> None:
-    """Note [writes as soon as their rows resolve]: every write comes no later than the lag's, so the same rule
-    suffices, over launches in a row and with the first copies ramped."""
-    settings = ((blocks, rows, ppr, k, lag, nc, 0) for blocks, rows, ppr, k, lag, nc in _cases())
-    assert runs_to_the_end(settings, lambda b, ppr, k, lag, nc, _: progress_ok(ppr, b, k, lag, nc), eager=True,
-                           launches=2, ramp=1) > 300
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_eager_writes_with_a_lag_short_of_a_blocks_pieces_of_one_row_deadlock(seed: int) -> None:
-    """The lag still bounds the reduces: 11 pieces a row over 3 blocks asks a lag of 3, and at 2 the consumers wait
-    for a row whose last piece they have not reduced."""
-    assert not progress_ok(11, 3, 5, 2, 1)
-    assert simulate(1, 11, 3, 5, 2, 1, seed, eager=True) == "deadlock"
 
 
 @pytest.mark.parametrize("seed", range(4))

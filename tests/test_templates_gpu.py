@@ -392,36 +392,6 @@ def test_relay_with_a_ramp_passes_the_verifier(case):
     check(card, {**base, **knobs})
 
 
-# Notes [writes as soon as their rows resolve] and [the input's lines first out of the L2] (relay.py): the consumers
-# writing as soon as rows resolve at the progress rule's limit (more pieces a row than blocks, a lag of exactly what
-# it asks), with a prologue evaluated once, several resolvers, a short last piece; the input's lines marked
-# evict-first, with the joint relay, writers of their own and held pieces
-RELAY_EAGER_EVICT = [
-    (tc.softmax((64, 262144), "bfloat16"), {"pe": 16384, "nw": 16, "nc": 1, "k": 6, "lag": 3, "ramp": 1,
-                                            "eager": True}),
-    (tc.softmax((2, 1100000), "float32"), {"pe": 2048, "nw": 8, "nc": 2, "k": 6, "lag": 4, "eager": True}),
-    (tc.softmax((5, 33000), "float16", log=True), {"pe": 4096, "nw": 8, "nc": 2, "k": 4, "lag": 2, "eager": True,
-                                                   "evict": True}),
-    (tc.softmax_fused(SOFTCAP, [((3, 70000), "bfloat16")]),
-     {"pe": 8192, "nw": 16, "nc": 1, "k": 10, "lag": 8, "once": True, "ramp": 2, "eager": True}),
-    (tc.group_norm(1, 64, 200, 200, groups=8, dtype="bfloat16"), {"pe": 16384, "nw": 8, "nc": 1, "k": 6, "lag": 3,
-                                                                   "eager": True}),
-    (tc.group_norm(1, 512, 128, 128, dtype="float32"), {"pe": 8192, "nw": 8, "nc": 1, "k": 7, "writers": True,
-                                                        "ramp": 2, "evict": True}),
-    (tc.group_norm(2, 1536, 64, 64, dtype="float32"), {"pe": 8192, "nw": 4, "nc": 1, "k": 7, "writers": True,
-                                                       "regs": 2, "evict": True}),
-]
-
-
-@pytest.mark.parametrize("case", RELAY_EAGER_EVICT, ids=lambda c: f"{c[0].op.removeprefix('aten.')}-" +
-                         "x".join(map(str, c[0].inputs[0].spec.shape)) +
-                         "".join(f"-{key}" for key in ("eager", "evict") if key in c[1]))
-def test_relay_eager_or_evict_first_passes_the_verifier(case):
-    card, knobs = case
-    base = {key: v for key, v in family_for(card).defaults(card, "relay").items() if key != "lag"}
-    check(card, {**base, **knobs})
-
-
 # Note [pieces held in the writers' registers] (relay_held.py): the 16 MB fp32 groups (the knob's target), 1 MB and
 # 768 KB groups with half the reducers, bf16, odd sizes with short last pieces, fp16 without affine, log_softmax,
 # a prologue evaluated once into its slot, a ramp, and the progress rule at its limit (538 pieces a row over two

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# The knob `eager` was measured, not kept: it exists only on trial commit 866a1af, where this plan runs.
 # The joint relay's consumers writing each piece as soon as its row resolves (thirty-seventh session; Note [writes as
 # soon as their rows resolve] in templates/relay.py; results/h200/probe_session37_eager*). In one run, each softmax
 # relay root (knob `eager` on, as the code has it) beside the same layout without the knob and with a lag of K - 2

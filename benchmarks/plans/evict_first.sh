@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# The knob `evict` was measured, not kept: it exists only on trial commit 866a1af, where this plan runs.
 # The relay's bulk copies with an evict-first L2 policy on the input (thirty-seventh session; Note [the input's lines
 # first out of the L2] in templates/relay.py; results/h200/probe_session37_evict*). In one run, each relay root
 # (knob `evict` on, as the code has it) beside the same layout without the knob, twice over (root, plain, root,

@@ -101,29 +101,12 @@ __device__ __forceinline__ void bar_wait(unsigned long long* bar, unsigned parit
     asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
                  : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
 }
-// Whether the mbarrier's phase of `parity` has completed, without waiting (Note [writes as soon as their rows
-// resolve]).
-__device__ __forceinline__ bool bar_test(unsigned long long* bar, unsigned parity) {
-  unsigned done;
-  asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-               : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
-  return done != 0;
-}
 // One bulk copy of `bytes` (a multiple of 16) into a slot, counted on its `full` mbarrier.
 __device__ __forceinline__ void slot_load(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(bar)), "r"(bytes)
                : "memory");
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
-}
-// The same, its source's lines the first the L2 evicts (Note [the input's lines first out of the L2]).
-__device__ __forceinline__ void slot_load_first(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
-  unsigned long long policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3],"
-               " %4;" :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy) : "memory");
 }
 // A piece's partial (a, b), b >= 0 or NaN, as one 64-bit word whose bit 63 is this launch's mark: a
 // single-copy-atomic store is both the data and its flag, so no fence orders them.
@@ -202,14 +185,12 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     warp, the slots within shared memory, a lag that leaves loads in flight and covers a block's other pieces of the
     same row (Note [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads
     them all)."""
-    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", "evict", "eager", *RELAY_KEYS}:
+    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", *RELAY_KEYS}:
         return False  # another strategy's knob (keep, tma, ...): nothing here reads it
-    if any(p.get(flag, True) is not True for flag in ("hold", "writers", "evict", "eager")):
-        return False  # flags (Notes [a row's last piece before the next row's first], [writers of their own], [the
-        # input's lines first out of the L2], [writes as soon as their rows resolve]): present (True) or absent
+    if p.get("hold", True) is not True or p.get("writers", True) is not True:
+        return False  # flags (Notes [a row's last piece before the next row's first], [writers of their own]):
+        # present (True) or absent
     own = "writers" in p
-    if own and "eager" in p:
-        return False  # writers of their own write each piece as soon as its row resolves already
     if own and "lag" in p:
         return False  # the writers wait for nothing but their piece's statistic: no lag
     pe, nw, nc, k, vec = (p.get(key) for key in ("pe", "nw", "nc", "k", "vec"))
@@ -300,14 +281,39 @@ def writers_progress_ok(ppr: int, blocks: int, k: int, nc: int) -> bool:
 # twice, 19.9 and 19.8 with the uncounted publisher; [2,1536,64,64] 28.6 and 28.4 (27.8, 27.9 with it); the softmax
 # bf16 23.0 and 23.3 (23.7, 23.4); the soft cap 33.1, 33.2 (32.7, 32.9): nothing on top of the uncounted publisher.
 #
-# Note [the input's lines first out of the L2]
-# Knob ``evict``: each bulk copy carries an L2 policy (createpolicy ... evict_first) that makes its source's lines the
-# first the L2 replaces. The relay reads its input once, so nothing it keeps in the L2 after the copy lands is read
-# again; under the default policy those clean lines compete on equal terms with the output's dirty lines, and every
-# output line evicted is written to DRAM while the kernel still runs. A [1,512,128,128] fp32 group norm moves 33.5 MB
-# each way through a 50 MB L2: with the input's lines going first, more of the output can still sit in the L2 when
-# the kernel ends (its write-back then overlaps what runs next, as every kernel's last stores do). Back to back (graph
-# replay) each call still writes the previous call's output back, so that measure should move less.
+# Note [the input's lines first out of the L2: measured, not kept]
+# Thirty-seventh session (trial commit 866a1af, reverted in the commit after it): knob ``evict`` gave each bulk copy
+# an L2 policy (createpolicy.fractional.L2::evict_first, cp.async.bulk ... .L2::cache_hint), so that the input, read
+# once, would leave the L2 before the output's dirty lines and more of the output could still sit there when the
+# kernel ends (prediction: [1,512,128,128] fp32 20.3 -> ~18.5 us by events, graph replay about the same). One run,
+# each root with the knob beside the same layout without it, twice (results/h200/probe_session37_evict.json, plan
+# benchmarks/plans/evict_first.sh; a copy of 64 MiB 18.5 us in the same run): group norm [1,512,128,128] fp32 20.2
+# and 20.4 us against 20.3 and 20.2; [2,1536,64,64] fp32 27.7, 27.7 against 27.7, 27.6; softmax [64,262144] bf16
+# 24.0, 23.9 against 23.4, 23.6; fp32 37.2, 37.3 against 36.2, 35.8; the soft cap 33.0, 33.2 against 32.9, 32.8. No
+# gain anywhere, a loss in the softmaxes. An ops run with the knob in every relay root (ops_session37_evict.*, not
+# merged into ops.json: the code it ran is gone) found [1,512,128,128] fp32 at 19.7 us (80% of the copy bandwidth, 81%
+# by graph replay) with one slot fewer (k=6) and the knob, the noise edge of that row (20.3-20.4 us in the runs
+# before; the same k=6 layout without the knob ran 20.4 in ops run AF). 73 relay GPU tests passed with the knob in
+# every root, and three verifier cases of it (joint relay, writers of their own, pieces held in registers).
+#
+# Note [writes as soon as their rows resolve: measured, not kept]
+# Same session and trial commit: knob ``eager`` had the joint relay's consumer warps write piece u as soon as its row
+# was resolved instead of LAG pieces later: one loop polling ``ready`` of the oldest unwritten piece and ``full`` of
+# the next (mbarrier.test_wait), writing when the row was resolved (or, waiting for it, once LAG pieces after it were
+# reduced or all were), else reducing when the piece had landed. Every write comes no later than the lag's, so the
+# progress rule stood; a CPU model of the warps ran every setting it allows over two launches with a ramp, and five
+# GPU verifier cases passed (the limit of the rule: 538 pieces a row, a lag of 4; a prologue evaluated once; several
+# resolvers; short last pieces). The bf16 softmax's timeline (trace_session36_softmax.log) put its first write at 6.9
+# us of 19.2 (prediction: ~4 us, 23.5 -> ~21.5 us). One run, each root with the knob and with the knob and a lag of
+# K - 2, beside the root without it, twice (results/h200/probe_session37_eager.json, plan eager_writes.sh): slower
+# everywhere. The softmax [64,262144] bf16 26.7, 26.7 (26.9, 26.7 at lag 4) against 24.1, 24.1; [64,248320] bf16 26.0,
+# 26.2 against 23.4, 23.3; fp32 36.9, 37.4 against 36.1, 36.4; the soft cap 38.6, 38.7 (lag 8: 38.7, 38.8) against
+# 32.6, 32.8. Its timeline (trace_session37_eager.log): the first write did come sooner (5.1 us) and a row's statistic
+# 0.5 us after its last publish (p50; 1.0 before), but the pieces' publishes spread (arrival -> publish at most 4.4 us,
+# 1.8 before), every row waits for its slowest piece, the last piece arrived at 20.0 us (14.8) and the span grew to
+# 22.5 us. Writing first delays the reduces that other blocks' rows wait for, and 16 warps polling two mbarriers
+# take issue slots that try_wait's suspended warps leave free. Writers of their own (Note [writers of their own])
+# remain the way to write as soon as a row resolves.
 #
 # Note [relay pieces of 48 KB: an action, not the root]
 # The default layout (32 KB pieces, 6 slots, lag 3) was probed against others in the fifteenth session
@@ -335,7 +341,7 @@ def relay_writers(p: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if "writers" in p:
         q = {key: v for key, v in p.items() if key not in ("writers", "regs")}
         return "writers True -> False", {**q, "nw": p["nw"] * 2, "lag": max(1, p["k"] - 2)}
-    q = {key: v for key, v in p.items() if key not in ("lag", "eager")}
+    q = {key: v for key, v in p.items() if key != "lag"}
     return "writers False -> True", {**q, "writers": True, "nw": max(1, p["nw"] // 2)}
 
 
@@ -346,11 +352,8 @@ def relay_actions(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     acts = scale_knob(p, "pe") + scale_knob(p, "nw") + scale_knob(p, "nc") + scale_knob(p, "k") + scale_knob(p, "lag")
     acts += [(f"pieces {p['pe']} -> {q['pe']} in {q['k']} slots", q)
              for q in (relay_resized(p, 3, 2), relay_resized(p, 2, 3))]
-    acts += [knob(p, "nw", p["nw"] * 3 // 2), knob(p, "nw", p["nw"] * 2 // 3), flag_knob(p, "hold"), relay_writers(p),
-             flag_knob(p, "evict")]
+    acts += [knob(p, "nw", p["nw"] * 3 // 2), knob(p, "nw", p["nw"] * 2 // 3), flag_knob(p, "hold"), relay_writers(p)]
     acts += [knob(p, "ramp", r) for r in (1, 2) if r != p.get("ramp")]
-    if "writers" not in p:  # Note [writes as soon as their rows resolve]
-        acts.append(flag_knob(p, "eager"))
     if "writers" in p:  # Note [pieces held in the writers' registers] in relay_held.py
         acts += [held_knob(p, r) for r in (p.get("regs", 0) - 1, p.get("regs", 0) + 1) if 0 <= r <= MAX_REGS]
     if "ramp" in p:
@@ -417,9 +420,6 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
 
     Knob ``ramp`` (Note [the first copies a few at a time]): the first K copies go RAMP at a time.
 
-    Knob ``evict`` (Note [the input's lines first out of the L2]): the bulk copies mark their source's lines
-    evict-first.
-
     Knob ``regs`` (Note [pieces held in the writers' registers] in relay_held.py): the writers hold REGS pieces in
     registers and free each slot as they take its piece; ``write_piece`` must read its packs as ``sp[i * 32 + lane]``.
 
@@ -436,8 +436,7 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
         issue(t);
       }""" if "ramp" in p else "      for (long long t = 0; t < K && t < n; ++t) issue(t);"
     writers, consumers = (_writer_warps(reduce_piece, write_piece, prefetch, wrote_slot) if "writers" in p
-                          else ("", _joint_warps(reduce_piece, write_piece, prefetch, fence, "eager" in p)))
-    load = "slot_load_first" if "evict" in p else "slot_load"  # Note [the input's lines first out of the L2]
+                          else ("", _joint_warps(reduce_piece, write_piece, prefetch, fence)))
     h = held_parts("regs" in p)  # Note [pieces held in the writers' registers] in relay_held.py
     if "regs" in p:
         writers = held_writer_warps(write_piece, prefetch)
@@ -473,7 +472,7 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
       auto issue = [&](long long t) {{{wait_row}
         const long long g = blockIdx.x + t * NB, row = g / PPR;
         const int c0 = (int)(g - row * PPR) * PE;
-        {load}(slots + (t % K) * PE, x + row * COLS + c0, (unsigned)(min(PE, COLS - c0) * sizeof(T)),
+        slot_load(slots + (t % K) * PE, x + row * COLS + c0, (unsigned)(min(PE, COLS - c0) * sizeof(T)),
                   full + t % K);
         KF_TRACE(true, 0, t);
       }};
@@ -571,30 +570,15 @@ def _write_step(u: str, write_piece: str, prefetch: str, fence: str, first: str)
       KF_TRACE({first}, 4, {u});"""
 
 
-def _joint_warps(reduce_piece: str, write_piece: str, prefetch: str, fence: str, eager: bool = False) -> str:
+def _joint_warps(reduce_piece: str, write_piece: str, prefetch: str, fence: str) -> str:
     """The consumer warps that reduce each piece and write it LAG pieces later (Note [rows relayed through global
-    memory]); ``eager``: and each earlier, as soon as its row is resolved (Note [writes as soon as their rows
-    resolve])."""
-    write = _write_step("u", write_piece, prefetch, fence, "warp == 0 && lane == 0")
-    if eager:
-        due = "t == n || t - u > LAG || bar_test(ready + u % K, (unsigned)(u / K) & 1u)"
-        return f"""  const int wc = warp * (PE / NW);  // this warp's columns of every piece: [wc, wc + PE / NW)
-  // Note [writes as soon as their rows resolve]: piece u is written once its row is resolved, or (waiting for it)
-  // once LAG pieces after it are reduced or every piece is; piece t is reduced once it has landed and no write is due
-  for (long long t = 0, u = 0; u < n;) {{
-    if (u < t && ({due})) {{{write}
-      ++u;
-    }} else if (t < n && bar_test(full + t % K, (unsigned)(t / K) & 1u)) {{{_reduce_step("t", reduce_piece)}
-      ++t;
-    }}
-  }}
-"""
+    memory])."""
     return f"""  const int wc = warp * (PE / NW);  // this warp's columns of every piece: [wc, wc + PE / NW)
   for (long long t = 0; t < n + LAG; ++t) {{
     if (t < n) {{{_reduce_step("t", reduce_piece)}
     }}
     if (t >= LAG) {{
-      const long long u = t - LAG;{write}
+      const long long u = t - LAG;{_write_step("u", write_piece, prefetch, fence, "warp == 0 && lane == 0")}
     }}
   }}
 """
