@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +91,12 @@ def _shape(shape) -> str:
     return f"[{','.join(map(str, shape))}]"
 
 
+def _pct_below(pct: float) -> str:
+    """A percentage under the 80% bar as the table shows it: one decimal, rounded down, so that 79.93% reads 79.9%,
+    never 80%."""
+    return f"{math.floor(pct * 10) / 10:.1f}%"
+
+
 def _find(rows: list[dict], op: str, shape: tuple, dtype: str | None) -> list[dict]:
     return [r for r in rows if r["op"] == op and tuple(r["shape"]) == shape and (dtype is None or r["dtype"] == dtype)]
 
@@ -130,7 +137,8 @@ def ops_verdicts(ops: dict) -> list[Verdict]:
                            bool(large) and not short and not untimed,
                            f"{len(timed) - len(short)} of {len(large)} rows"
                            + (f" ({untimed} not timed this way)" if untimed else "")
-                           + ("; below: " + "; ".join(f"{_label(r)} {r[key]:.0f}%" for r in short) if short else "")))
+                           + ("; below: " + "; ".join(f"{_label(r)} {_pct_below(r[key])}" for r in short)
+                              if short else "")))
     fifty = [r for r in rows if r.get("iterations", 0) >= 50]
     slow = [r for r in fifty if r["search_s"] > 60]
     out.append(Verdict(4, "a 50-iteration search takes <= 60 s", bool(fifty) and not slow,

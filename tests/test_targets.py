@@ -50,15 +50,22 @@ def test_the_bandwidth_bar_applies_from_64_mb_only():
     large = op_row("softmax", (8192, 2048), "float32", floor_us=16.0, pct_bw=79.0)  # 64 MB
     assert verdicts(seed_rows() + [small])[BY_EVENTS].met and verdicts(seed_rows() + [small])[BY_GRAPH].met
     v = verdicts(seed_rows() + [small, large])
-    assert not v[BY_EVENTS].met and "softmax [8192,2048] float32 79%" in v[BY_EVENTS].detail
+    assert not v[BY_EVENTS].met and "softmax [8192,2048] float32 79.0%" in v[BY_EVENTS].detail
     assert "[8192,1024]" not in v[BY_EVENTS].detail
     assert v[BY_GRAPH].met  # the same row at 95% by graph replay
+
+
+def test_a_row_just_under_the_bar_never_reads_as_80_percent():
+    edge = op_row("softmax", (8192, 2048), "float32", floor_us=16.0, pct_bw=79.93, pct_bw_graph=80.09)
+    v = verdicts(seed_rows() + [edge])
+    assert not v[BY_EVENTS].met and "softmax [8192,2048] float32 79.9%" in v[BY_EVENTS].detail
+    assert v[BY_GRAPH].met
 
 
 def test_the_bandwidth_bar_by_graph_replay_fails_on_a_slow_or_untimed_row():
     slow = op_row("softmax", (8192, 2048), "float32", floor_us=16.0, pct_bw_graph=78.4)
     v = verdicts(seed_rows() + [slow])
-    assert v[BY_EVENTS].met and not v[BY_GRAPH].met and "softmax [8192,2048] float32 78%" in v[BY_GRAPH].detail
+    assert v[BY_EVENTS].met and not v[BY_GRAPH].met and "softmax [8192,2048] float32 78.4%" in v[BY_GRAPH].detail
     untimed = op_row("softmax", (8192, 2048), "float32", floor_us=16.0, pct_bw_graph=None)  # a run before the column
     v = verdicts(seed_rows() + [untimed])[BY_GRAPH]
     assert not v.met and "(1 not timed this way)" in v.detail

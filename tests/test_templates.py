@@ -463,6 +463,24 @@ def test_relay_reads_its_epoch_before_the_first_copy() -> None:
     assert kernel.index("relay_epoch(ctl)") < first_copy < kernel.index("relay_mark(epoch, ctl, &fin, 1)")
 
 
+def test_group_norm_roots_take_six_slots_for_4_byte_groups_of_one_piece_a_block() -> None:
+    """Note [six slots where a block holds one piece of a group]: writers of their own take six 32 KB slots where the
+    group is 4-byte and at most 132 pieces, seven elsewhere (2-byte groups; 4-byte groups held in registers)."""
+    from forge_backend.search.templates import group_norm as gn
+
+    cases = [((1, 512, 128, 128, "float32"), 6), ((2, 1536, 64, 64, "float32"), 6), ((1, 512, 256, 256, "float32"), 6),
+             ((1, 512, 128, 128, "bfloat16"), 7), ((1, 512, 256, 256, "bfloat16"), 7),
+             ((1, 256, 512, 512, "float32"), 7), ((1, 128, 1024, 1024, "float32"), 7)]
+    for (n, c, h, w, dtype), slots in cases:
+        card = tc.group_norm(n, c, h, w, dtype=dtype, used=(0,))
+        root = gn.root_params(card)
+        assert root["writers"] is True and root["k"] == slots, (n, c, h, w, dtype, root)
+        assert gn.valid(card, {**root, "k": 7}) and ("regs" in root) == (slots == 7 and dtype == "float32")
+    # exactly 132 pieces of a group (4.125 MB in 32 KB pieces) still one a block; 133 two for one block
+    assert gn.own_slots(tc.group_norm(1, 32, 264, 1024, groups=8, dtype="float32", used=(0,)), {"pe": 8192}) == 6
+    assert gn.own_slots(tc.group_norm(1, 32, 266, 1024, groups=8, dtype="float32", used=(0,)), {"pe": 8192}) == 7
+
+
 def test_relay_group_norm_takes_groups_as_rows() -> None:
     """strategy=relay for group norms (Note [rows relayed through global memory]): a group is a row of
     group_size elements; each piece publishes (mean, M2) and its count follows from its place in the group, so the

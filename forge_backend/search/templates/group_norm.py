@@ -149,13 +149,37 @@ def writers_root(card: OperatorCard) -> dict[str, Any]:
 def own_writers(card: OperatorCard, p: dict[str, Any]) -> dict[str, Any]:
     """The relay layout ``p`` with writers of their own (Note [writers of their own] in relay.py): half its consumer
     warps become writers, the lag goes, and the block takes seven slots where they fit (the most 32 KB pieces that
-    do). Twentieth session, same runs (probe_session20_writers.json), against ``p`` itself: [1,512,256,256] bf16 37.1
-    us (85% of the copy bandwidth) against 42.4; [1,128,1024,1024] bf16 140.1 against 155.3 (with six slots 151.4,
-    five 175.1), fp32 354.1 against 379.4 (six: 375.2); on the other five group norms probed 0.3-5% faster than
-    ``p``, within the spread of one layout timed twice there (19.0 and 19.8 us at [2,1536,64,64] bf16)."""
+    do; six for 4-byte groups of which a block holds one piece at most: own_slots). Twentieth session, same runs
+    (probe_session20_writers.json), against ``p`` itself: [1,512,256,256] bf16 37.1 us (85% of the copy bandwidth)
+    against 42.4; [1,128,1024,1024] bf16 140.1 against 155.3 (with six slots 151.4, five 175.1), fp32 354.1 against
+    379.4 (six: 375.2); on the other five group norms probed 0.3-5% faster than ``p``, within the spread of one layout
+    timed twice there (19.0 and 19.8 us at [2,1536,64,64] bf16)."""
     q = relay_writers(p)[1]
-    q = more if valid(card, more := {**q, "k": 7}) else q
+    q = more if valid(card, more := {**q, "k": own_slots(card, q)}) else q
     return ramped if valid(card, ramped := {**q, "ramp": 2}) else q  # Note [the first copies a few at a time]
+
+
+def own_slots(card: OperatorCard, p: dict[str, Any]) -> int:
+    """The slots of own_writers: six for 4-byte groups of which a block holds one piece at most, else seven
+    (Note [six slots where a block holds one piece of a group])."""
+    return 6 if main_itemsize(card) == 4 and cdiv(card.sizes["group_size"], p["pe"]) <= SMS else 7
+
+
+# Note [six slots where a block holds one piece of a group]
+# Thirty-seventh session. The [1,512,128,128] fp32 group norm's search in an ops run of trial code found its best
+# with six slots instead of the root's seven (ops_session37_evict.*), and two probe runs, each layout twice in a run,
+# agreed: six slots 19.8, 19.7 us against seven 20.1, 20.1 (results/h200/probe_session37_pieces.json), then 19.7,
+# 20.0 against 20.3, 19.9, five 20.2, 19.8, four 22.0, 21.6 (probe_session37_slots.json, plan
+# benchmarks/plans/gn_slots.sh): about 0.3 us, 1.5%, at the edge of the noise but on one side of it. Not traced. In
+# the same run the other 4-byte groups of which a block holds one piece tied ([2,1536,64,64] fp32 27.5, 27.3 against
+# 27.5, 27.8; [1,512,256,256] fp32 67.1, 66.3 against 66.6, 66.6), and the 2-byte ones lost or tied
+# ([1,512,256,256] bf16 36.6, 36.7 against 35.6, 36.0; [1,512,128,128] bf16 14.6, 14.5 against 14.5, 14.6), so six
+# slots root the first only; where a block holds two or more pieces of a group seven won before (the twentieth
+# session, own_writers) and the held root keeps them. Ops run AH (ops_session37_slots.*): [1,512,128,128] fp32 19.7
+# us, 79.9% of the copy bandwidth by events (the bar is 80%) and 80.1% by graph replay (77.7% and 78.6% in run AG);
+# [2,1536,64,64] fp32 27.8 us (85.1%), [1,512,256,256] fp32 67.1 (94.0%). Measured, not kept, in the same runs: 16
+# KB pieces in 13 slots, 24.2-25.1 us (a ramp of 2 or 4), and the root's ramp of 2 as 1 (22.2, 22.3) or 3 (20.5,
+# 20.5).
 
 
 def seeds(card: OperatorCard) -> list[dict[str, Any]]:
