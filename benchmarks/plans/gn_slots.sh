@@ -15,6 +15,10 @@ twice() {  # twice CASE VARIANT...: the root, the variants, the root, the varian
 }
 c="group_norm [1,512,128,128] fp32"; r=$(root_of "$c")
 twice "$c" "${r/k=6/k=7}" "${r/k=6/k=5}" "${r/k=6/k=4}" "${r/ramp=2/ramp=1}" "${r/ramp=2/ramp=3}"
-for c in "group_norm [2,1536,64,64] fp32" "group_norm [1,512,256,256] fp32"; do r=$(root_of "$c"); twice "$c" "${r/k=6/k=7}"; done
-for c in "group_norm [1,512,256,256] bf16" "group_norm [1,512,128,128] bf16"; do r=$(root_of "$c"); twice "$c" "${r/k=7/k=6}"; done
+for c in "group_norm [2,1536,64,64] fp32" "group_norm [1,512,256,256] fp32"; do
+  r=$(root_of "$c"); twice "$c" "${r/k=6/k=7}"
+done
+for c in "group_norm [1,512,256,256] bf16" "group_norm [1,512,128,128] bf16"; do
+  r=$(root_of "$c"); twice "$c" "${r/k=7/k=6}"
+done
 collect gn_slots

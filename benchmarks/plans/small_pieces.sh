@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# It ran on af627e9, where the group norm's root had seven slots; from d09966d the root has six and the group norm's
+# substitutions below find nothing to replace (gn_slots.sh times six slots against seven on that code).
 # Smaller relay pieces in the same slot bytes, and one slot fewer (thirty-seventh session;
 # results/h200/probe_session37_pieces.*). The [1,512,128,128] fp32 group norm's search in ops run
 # ops_session37_evict found its best with six slots instead of seven; 16 KB pieces in twice the slots would land a
