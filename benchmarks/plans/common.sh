@@ -1,7 +1,8 @@
 # Sourced by the probe plans: the environment, `probe PART SECONDS ARGS...` (one probe_variants.py run into
 # $OUT/probe_PART, its summary lines printed) and `collect NAME` (every part's rows into $OUT/probe_NAME.json and their
 # logs into $OUT/probe_NAME.log: the device tool brings back only a few files), `root_of CASE` (a probe case's root
-# as k=v,k=v) and `swap_roots NAME SWAP CASE...` (each case's root timed beside a --swap of its source, twice).
+# as k=v,k=v), `swap_roots NAME SWAP CASE...` (each case's root timed beside a --swap of its source, twice) and
+# `twice CASE VARIANT...` (a case's root beside variants given as k=v,k=v, twice).
 set -uo pipefail
 OUT=${OUT:-/tmp/kforge-out}; mkdir -p "$OUT"
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -40,4 +41,10 @@ swap_roots() {  # swap_roots NAME SWAP CASE...: each case's root twice, each tim
     probe "$(echo "$c" | tr -c 'a-z0-9' '_')" "${T:-60}" --only "=$c" --params "$(root_of "$c")" --swap "$swap"
   done
   collect "$name"
+}
+twice() {  # twice CASE VARIANT...: the root, the variants, the root, the variants, in one probe_variants.py run
+  local c=$1 root args=() p; shift
+  root=$(root_of "$c")
+  for p in "$@" "$root" "$@"; do args+=(--params "$p"); done
+  probe "$(echo "$c" | tr -c 'a-z0-9' '_')" "${T:-100}" --only "=$c" "${args[@]}"
 }

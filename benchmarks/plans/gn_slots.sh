@@ -7,12 +7,6 @@
 # `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/gn_slots.sh  -> $OUT/probe_gn_slots.json/.log
 . benchmarks/plans/common.sh
-twice() {  # twice CASE VARIANT...: the root, the variants, the root, the variants
-  local c=$1 root args=() p; shift
-  root=$(root_of "$c")
-  for p in "$@" "$root" "$@"; do args+=(--params "$p"); done
-  probe "$(echo "$c" | tr -c 'a-z0-9' '_')" "${T:-100}" --only "=$c" "${args[@]}"
-}
 c="group_norm [1,512,128,128] fp32"; r=$(root_of "$c")
 twice "$c" "${r/k=6/k=7}" "${r/k=6/k=5}" "${r/k=6/k=4}" "${r/ramp=2/ramp=1}" "${r/ramp=2/ramp=3}"
 for c in "group_norm [2,1536,64,64] fp32" "group_norm [1,512,256,256] fp32"; do

@@ -13,12 +13,10 @@ c="group_norm [1,512,128,128] fp32"
 root=$(root_of "$c")
 v=("${root/k=7/k=6}" "${root/pe=8192,nw=8,nc=1,k=7/pe=4096,nw=8,nc=1,k=13}"
    "$(echo "${root/pe=8192,nw=8,nc=1,k=7/pe=4096,nw=8,nc=1,k=13}" | sed 's/ramp=2/ramp=4/')")
-args=(); for p in "${v[@]}" "$root" "${v[@]}"; do args+=(--params "$p"); done
-probe gn128 "${T:-150}" --only "=$c" "${args[@]}"
+T=${T:-150} twice "$c" "${v[@]}"
 c="softmax [64,262144] bf16"
 root=$(root_of "$c")
 v=("${root/pe=16384,nw=16,nc=1,k=6,lag=3/pe=8192,nw=16,nc=1,k=12,lag=4}"
    "${root/pe=16384,nw=16,nc=1,k=6,lag=3/pe=8192,nw=16,nc=1,k=12,lag=8}")
-args=(); for p in "${v[@]}" "$root" "${v[@]}"; do args+=(--params "$p"); done
-probe softmax_bf16 "${T:-120}" --only "=$c" "${args[@]}"
+T=${T:-120} twice "$c" "${v[@]}"
 collect small_pieces

@@ -159,10 +159,15 @@ def own_writers(card: OperatorCard, p: dict[str, Any]) -> dict[str, Any]:
     return ramped if valid(card, ramped := {**q, "ramp": 2}) else q  # Note [the first copies a few at a time]
 
 
+def pieces_a_block(card: OperatorCard, pe: int) -> int:
+    """The most pieces of PE elements of one group that a relay block holds (the group's pieces over the SMs)."""
+    return cdiv(cdiv(card.sizes["group_size"], pe), SMS)
+
+
 def own_slots(card: OperatorCard, p: dict[str, Any]) -> int:
     """The slots of own_writers: six for 4-byte groups of which a block holds one piece at most, else seven
-    (Note [six slots where a block holds one piece of a group])."""
-    return 6 if main_itemsize(card) == 4 and cdiv(card.sizes["group_size"], p["pe"]) <= SMS else 7
+    (Note [six slots where a block holds one piece of a group]); held_root takes the 4-byte groups of two or more."""
+    return 6 if main_itemsize(card) == 4 and pieces_a_block(card, p["pe"]) == 1 else 7
 
 
 # Note [six slots where a block holds one piece of a group]
@@ -209,7 +214,7 @@ def held_root(card: OperatorCard, p: dict[str, Any]) -> dict[str, Any] | None:
     Where a block holds one piece of a group it lost or tied: [1,512,128,128] fp32 21.3-21.6 us against 20.6-21.5,
     [2,1536,64,64] fp32 29.3-30.3 against 28.3-29.4, [1,512,256,256] fp32 70.7 against 68.4-69.7; and in bf16,
     where only four writers can hold a piece, it lost ([1,128,1024,1024] 157.9 against 139.3-140.0)."""
-    if main_itemsize(card) != 4 or cdiv(cdiv(card.sizes["group_size"], p["pe"]), SMS) < 2:
+    if main_itemsize(card) != 4 or pieces_a_block(card, p["pe"]) < 2:
         return None
     q = {**p, "nw": 4, "regs": 2}
     return q if valid(card, q) else None
