@@ -45,7 +45,7 @@ def test_progress_rule_counts_the_held_pieces() -> None:
     """538 pieces a row over 132 blocks: up to 5 of a row in one block. Two slots and three held pieces suffice; two
     and two do not."""
     card = tc.softmax((2, 1100000), "float32")
-    p = {**sm.defaults(card, "relay"), "pe": 2048, "nw": 8, "nc": 1, "k": 2, "writers": True}
+    p = {**sm.defaults(card, "relay"), "pe": 2048, "nw": 8, "nc": 1, "k": 2, "writers": True, "ramp": 1}  # ramp < k
     p.pop("lag")
     assert sm.valid(card, {**p, "regs": 3}) and not sm.valid(card, {**p, "regs": 2})
     assert not sm.valid(card, p)  # without held pieces the writers need 6 slots

@@ -408,7 +408,7 @@ RELAY_HELD = [
                                                                    "ramp": 3}),
     (tc.softmax((3, 70000), "float32", log=True), {"pe": 8192, "nw": 4, "nc": 2, "k": 6, "regs": 1}),
     (tc.softmax((7, 65536), "float16"), {"pe": 512, "nw": 1, "nc": 3, "k": 3, "regs": 2}),
-    (tc.softmax((2, 1100000), "float32"), {"pe": 2048, "nw": 8, "k": 2, "regs": 3}),
+    (tc.softmax((2, 1100000), "float32"), {"pe": 2048, "nw": 8, "k": 2, "regs": 3, "ramp": 1}),  # ramp < k
     (tc.softmax_fused(SOFTCAP, [((3, 70000), "bfloat16")]), {"pe": 8192, "nw": 4, "k": 6, "once": True, "regs": 1}),
     (tc.softmax((64, 262144), "bfloat16"), {"pe": 16384, "nw": 4, "k": 6, "regs": 1, "ramp": 1}),
 ]

@@ -59,6 +59,10 @@ from .conv_shared import STORE16, blocks_per_sm, channels_fast, contiguous_outpu
 # A 16-byte vector is half a 32-byte sector, so the sector that holds a row's start is still written by two blocks
 # (its other vector is the row before's, stored by that row's last band): joining removes the 2-byte stores, not the
 # shared sectors. It stays an action.
+# Thirty-eighth session, measured and not kept: those two vectors stored as aligned 8-, 4- and 2-byte pieces (at most
+# three a vector where there were up to seven 2-byte stores; a --swap of the root's source, results/h200/
+# probe_session38_conv_gn_edges.json, plan benchmarks/plans/conv_gn_edges.sh): 22.7, 22.5 and 22.6 us against the
+# root's 22.0 three times in the same run.
 
 # Note [bands first]
 # The grid runs the channel tiles fastest: the blocks in flight read all C channels of a few bands' positions (whole

@@ -185,6 +185,10 @@ def own_slots(card: OperatorCard, p: dict[str, Any]) -> int:
 # [2,1536,64,64] fp32 27.8 us (85.1%), [1,512,256,256] fp32 67.1 (94.0%). Measured, not kept, in the same runs: 16
 # KB pieces in 13 slots, 24.2-25.1 us (a ramp of 2 or 4), and the root's ramp of 2 as 1 (22.2, 22.3) or 3 (20.5,
 # 20.5).
+# Thirty-eighth session, also measured and not kept: 28 KB pieces (7,168 elements; 37 a group, the last 16 KB), so
+# that no block moves more than 252 KB where 32 KB pieces give 100 blocks 256 KB and 32 blocks 224: 24.4 us twice in
+# seven slots and 22.7, 23.5 in six, against the root's 20.0 and 19.9 in the same run
+# (results/h200/probe_session38_conv_gn_edges.json, plan benchmarks/plans/conv_gn_edges.sh).
 
 
 def seeds(card: OperatorCard) -> list[dict[str, Any]]:

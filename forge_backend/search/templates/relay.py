@@ -621,8 +621,12 @@ def _joint_warps(reduce_piece: str, write_piece: str, prefetch: str, fence: str)
 # against 24.2 and 24.3; fp32 36.0 (1), 36.3 (2) against 37.2 twice; the soft cap's relay once 34.3 (2), 34.8 (1),
 # 36.1 (4) against 35.7 and 36.2; group norm writers [1,512,256,256] bf16 35.5 (2), 36.3 (3) against 36.7 twice,
 # [1,512,128,128] fp32 20.6 (2) against 22.3 and 22.0, [1,128,1024,1024] fp32 355.3 (2) against 357.2 and 356.7.
-# So the roots take it: a ramp of 1 in the plain softmaxes' joint relay, 2 with a prologue evaluated once and in the
-# group norms' writers (softmax.defaults, group_norm.own_writers); ops run T has every such row on it.
+# So the roots took it: a ramp of 1 in the plain softmaxes' joint relay, 2 with a prologue evaluated once and in the
+# group norms' writers (softmax.defaults, group_norm.own_writers); ops run T has every such row on it. Thirty-eighth
+# session: the plain softmaxes' root takes 2 as well. Every run of the session that timed both (results/h200/
+# probe_session38_*.json) had 2 ahead: softmax [64,262144] bf16 23.3, 23.1 against 23.8 (poly_exp); 23.3, 23.4
+# against 23.6 (exps_in_slot); 23.5, 23.4 against 23.9 and, with Note [a lean reduce] in softmax.py, 21.5, 21.4
+# against 23.4 (reduce_lean); fp32 34.7, 35.1 against 35.7 and 35.0, 34.8 against 36.0.
 def _writer_warps(reduce_piece: str, write_piece: str, prefetch: str, wrote_slot: bool) -> tuple[str, str]:
     """Knob ``writers``: NW writer warps (NW + NC + 2 ...) write each piece as soon as its row is resolved, and the NW
     consumer warps only reduce, as soon as a piece arrives. Writer warp j writes the columns consumer warp j reduced

@@ -190,10 +190,10 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
             # (eleventh session's run G against the eighth's A0, ops_trees_session*.txt)
             vec = 2
         return {"strategy": "cluster", "vec": vec, "block": block, "cs": cs, "cache": cache, "stream": False}
-    if strategy == "relay":  # Note [the first copies a few at a time] (relay.py): one at a time, two with once
-        p = {**relay_defaults(_relay_isz(card)), "ramp": 1}
+    if strategy == "relay":  # Note [the first copies a few at a time] (relay.py): two at a time
+        p = {**relay_defaults(_relay_isz(card)), "ramp": 2}
         if _once_ok(card):  # Note [a prologue evaluated once, into its slot]: pieces of 16 KB, 10 slots, a lag of 4
-            p.update(pe=16384 // _relay_isz(card), k=10, lag=4, once=True, ramp=2)
+            p.update(pe=16384 // _relay_isz(card), k=10, lag=4, once=True)
         if _wide_out(card, p["vec"]):  # Note [stores of whole sectors]
             p["halves"] = True
         return p
@@ -659,39 +659,64 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_fin({_x_params(card)}, 
 """
 
 
-def _relay_reduce(once: bool) -> str:
+def _relay_reduce(once: bool, pair: str | None) -> str:
     """The relay's reduce of a warp's share of a piece: max, then sum of exp. ``once`` (Note [a prologue evaluated
-    once, into its slot]): the prologue's values replace the raw packs, in registers and in the slot."""
+    once, into its slot]): the prologue's values replace the raw packs, in registers and in the slot. The sum tests
+    for a share with no finite value once, and ``pair`` (a 16-bit pair type, where the packs hold the values the max
+    is over) takes the max over packed pairs (Note [a lean reduce])."""
     x = "to_f" if once else "xv"
     put = """
 #pragma unroll
           for (int j = 0; j < VEC; ++j) pk[i].v[j] = narrow(xv(pk[i].v[j]));
           const_cast<P*>(sp)[i * 32 + lane] = pk[i];""" if once else ""
+    # Note [a lean reduce]: one max.{bf16,f16}x2 a pair, then the pairs' halves widened once a pack
+    peak = f"""
+          static_assert(VEC == 8, "a 16-byte pack of 16-bit values");
+          const {pair}* h = reinterpret_cast<const {pair}*>(pk[i].v);
+          const {pair} a = __hmax2(__hmax2(h[0], h[1]), __hmax2(h[2], h[3]));
+          m = fmaxf(m, fmaxf(__low2float(a), __high2float(a)));""" if pair else f"""
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) m = fmaxf(m, {x}(pk[i].v[j]));"""
     return f"""
       P pk[NPL];
       float m = -CUDART_INF_F;
 #pragma unroll
       for (int i = 0; i < NPL; ++i)
         if (c0 + wc + (i * 32 + lane) * VEC < COLS) {{
-          pk[i] = sp[i * 32 + lane];{put}
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) m = fmaxf(m, {x}(pk[i].v[j]));
+          pk[i] = sp[i * 32 + lane];{put}{peak}
         }}
       m = group_all<32, 32>(m, Max(), (float*)nullptr);
       float sum = 0.f;
+      if (m != -CUDART_INF_F) {{  // sexp's test (Note [safe exp]), once for the warp's share
 #pragma unroll
-      for (int i = 0; i < NPL; ++i)
-        if (c0 + wc + (i * 32 + lane) * VEC < COLS) {{
+        for (int i = 0; i < NPL; ++i)
+          if (c0 + wc + (i * 32 + lane) * VEC < COLS) {{
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) sum += sexp({x}(pk[i].v[j]), m);
-        }}
+            for (int j = 0; j < VEC; ++j) sum += __expf({x}(pk[i].v[j]) - m);
+          }}
+      }}
       sum = group_all<32, 32>(sum, Sum(), (float*)nullptr);
       const V v = make_float2(m, sum);"""
 
 
+# The packed pair of each 16-bit element type: the relay's max over pairs (Note [a lean reduce]).
+_PAIRS = {"bfloat16": "__nv_bfloat162", "float16": "__half2"}
+
+
+def _relay_dtype(card: OperatorCard) -> str:
+    """The element the relay moves: its input's as it is in memory (a fused prologue's runs on chip)."""
+    return card.inputs[0].spec.dtype if _fused(card) else main_input(card).dtype
+
+
 def _relay_isz(card: OperatorCard) -> int:
-    """Bytes of one element the relay moves: its input's as it is in memory (a fused prologue's runs on chip)."""
-    return ITEMSIZE[card.inputs[0].spec.dtype if _fused(card) else main_input(card).dtype]
+    """Bytes of one element the relay moves (``_relay_dtype``)."""
+    return ITEMSIZE[_relay_dtype(card)]
+
+
+def _relay_pair(card: OperatorCard, once: bool) -> str | None:
+    """The pair type the relay's reduce takes its max over (Note [a lean reduce]): where the packs hold 16-bit values
+    that are the softmax's own (no prologue, or one evaluated once into them), else None."""
+    return _PAIRS.get(_relay_dtype(card)) if once or not _fused(card) else None
 
 
 def _relay_layout_ok(card: OperatorCard, vec: int) -> bool:
@@ -809,6 +834,45 @@ def _relay_layout_ok(card: OperatorCard, vec: int) -> bool:
 # 35.9-36.1 against 35.7-36.2. Neither form is in the templates.
 
 
+# Note [a lean reduce]
+# The relay's reduce is its critical path: a piece's partial is published only once its consumers have reduced it,
+# and a row resolves at its slowest piece (Note [rows relayed through global memory] in relay.py). Its PTX took per
+# element of a 16-bit input a conversion and an FMNMX in one dependent chain for the max, then a second conversion,
+# the FADD, FMUL and ex2 of the exp, the FADD of the sum, and sexp's test of a row with no finite value (Note [safe
+# exp]) as a branch around each exp. Now the max goes over packed pairs (max.bf16x2 or max.f16x2, exact; NaN is
+# dropped as fmaxf drops it), a tree of three per 16-byte pack and two widened halves, and the test is taken once for
+# the warp's share, whose max it tests. Every dtype takes the hoisted test; only 16-bit packs that hold the softmax's
+# own values take the pairs (no prologue, or one evaluated once into them: ``_relay_pair``).
+# Measured (thirty-eighth session, one run, the root layout twice beside each source swap; results/h200/
+# probe_session38_reduce_lean.json, plan benchmarks/plans/reduce_lean.sh): softmax [64,262144] bf16 with both 21.5
+# and 21.4 us against 23.5 and 23.4 (73% of the copy bandwidth against 67%); the pairs alone 21.9, 22.0; the test
+# alone 22.8, 23.0; fp32 (the test only) 34.9, 34.8 against 35.0, 34.8. With the ramp of 2 the plain softmaxes' root
+# now takes (Note [the first copies a few at a time] in relay.py), ops run AI (ops_session38_final.json, 25-iteration
+# searches): softmax [64,262144] bf16 21.6 us, 72.5% of the copy bandwidth by events and 73.2% by graph replay (66.5%
+# and 69.6% in run AG); [64,248320] bf16 21.5 (69.0%, 71.5%); the soft cap 32.1 (73.4%, 76.4%). Not kept on top of
+# it (probe_session38_reduce_lean_more.json, plan reduce_lean_more.sh, each twice or three times beside the root's
+# 21.6-21.8): one running max of pairs over the lane's packs, widened once, 21.5-21.6 (a tie); the sum in two
+# accumulators, 21.8-21.9. Nor did the layouts around the root beat it (probe_session38_lean_grid.json, plan
+# lean_grid.sh, each twice beside the root's 21.6, 21.4): seven slots with a lag of 4 21.6, 21.5 and writers of their
+# own 21.6, 21.8 tied; seven slots with a lag of 3, a lag of 2 in five or six, a ramp of 3, half the consumer warps
+# and 8 KB pieces lost (22.2-23.8). The root's timeline (trace_session38_softmax.log): a span of 17.4 us (19.2 with
+# the old reduce, trace_session36_softmax.log), the first write at 6.1 us (6.9), the last arrival at 13.3 (14.8), a
+# piece's arrival to its published partial 1.3 us at the median (1.5).
+# The same session measured what the reduce is bound by, and kept neither of these:
+# - exps on the FMA pipe (results/h200/probe_session38_poly_exp.json, plan poly_exp.sh): 2^t as a cubic (p(0) = 1,
+#   relative error 8.6e-5 on [0, 1)) times 2^floor(t) built in the exponent bits, about nine FMA-pipe and integer
+#   instructions for one MUFU.EX2, on a share of the elements. Slower in every form, and more so the more it took:
+#   the bf16 root 23.1 and 23.3 us; every second exp of the write 24.9, 25.2; every fourth 23.8, 24.0; all of the
+#   write's 27.5, 27.3; every second of the reduce's 27.1, 27.0; every second of both 29.1, 29.0; all of both 35.4
+#   twice (writers of their own, 24.7 and 24.6, lost the same way). On top of the lean reduce, every eighth or fourth
+#   exp of the reduce's: 21.7-21.9 against 21.4-21.5. So the reduce's warps are bound by their issue slots as much as
+#   by MUFU.EX2, and the write has slack:
+# - the reduce's exps kept in the slot in place of x (results/h200/probe_session38_exps_in_slot.json, plan
+#   exps_in_slot.sh): exp(x - the warp's max) rounded to the slot's type in pairs, and the write one product by
+#   exp(warp max - row max) / sum, so the write loses each element's FADD, FMUL and ex2: bf16 23.4 and 23.3 us
+#   against 23.3 and 23.4; fp32 35.0 and 35.1 against 34.7 and 35.1. A tie.
+
+
 def _raw_header(card: OperatorCard, p: dict[str, Any], sizes: dict[str, int]) -> str:
     """``_header`` with T the element as it is in memory (the relay's and the resident kernel's), and
     ``xv(T) -> float``: the softmax's input (Note [a prologue run from the relay's slots] for a fused card)."""
@@ -867,7 +931,8 @@ typedef MaxSum Op;
 __device__ __forceinline__ V ident() { return make_float2(-CUDART_INF_F, 0.f); }
 __device__ __forceinline__ float2 pack_stat(V v) { return v; }  // (max, sum of exp): the sum is >= 0
 __device__ __forceinline__ V unpack_stat(float2 f, int) { return f; }
-""" + relay_kernel("softmax_relay", p, "const T* __restrict__ x, TO* __restrict__ y", _relay_reduce(once),
+""" + relay_kernel("softmax_relay", p, "const T* __restrict__ x, TO* __restrict__ y",
+                   _relay_reduce(once, _relay_pair(card, once)),
                    "\n          const float2 fin = a;", write, wrote_slot=once)
 
 
