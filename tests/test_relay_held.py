@@ -3,12 +3,10 @@ CPU: its limits, the actions that reach it, and sm_90 compiles of every layout t
 spills. The protocol itself is modelled in test_relay_protocol.py; the GPU verifier runs in test_templates_gpu.py."""
 from __future__ import annotations
 
-import re
-
 import pytest
 
 import template_cards as tc
-from forge_backend.runtime.nvrtc import BASE_OPTIONS, compile_source
+from sm90 import spill_stores
 from forge_backend.search.templates import group_norm as gn
 from forge_backend.search.templates import softmax as sm
 from forge_backend.search.templates.relay import relay_writers
@@ -100,6 +98,5 @@ def test_held_layouts_compile_for_sm90_without_spilling(fam, card) -> None:
     layouts = _held_layouts(fam, card)
     assert layouts
     for p in layouts:
-        log = compile_source(fam.generate(card, p).source, "sm_90", options=BASE_OPTIONS + ("--ptxas-options=-v",)).log
-        spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
+        spills, log = spill_stores(fam.generate(card, p).source)
         assert spills and max(spills) == 0, (p, log[-400:])
