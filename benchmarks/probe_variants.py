@@ -250,6 +250,10 @@ def main() -> None:
                     help="also time each variant with OLD replaced by NEW in its source, in the same run (repeat for "
                          "several): an A/B of a code-generation change. One value may hold several replacements "
                          "joined by ' && ', applied together")
+    ap.add_argument("--unverified", action="store_true",
+                    help="time each --swap variant without the verifier (the worker's remeasure: fresh inputs, no "
+                         "checks), for a diagnostic swap that breaks the result on purpose, such as an exp left out "
+                         "to see what it costs; such rows carry `unverified` and are never a candidate")
     ap.add_argument("--plain-launch", action="store_true",
                     help="also time each variant whose launches are cooperative with plain launches instead, in the "
                          "same run: what the cooperative launch costs (on an idle GPU a grid of one block per SM is "
@@ -314,23 +318,28 @@ def main() -> None:
                 cand = fam.generate(card, p)
                 fresh = fresh_scratch(cand) if args.fresh_scratch else cand
                 extra = [plain(cand)] if args.plain_launch and any(l.cooperative for l in cand.launches) else []
-                for c in [cand] + ([fresh] if fresh is not cand else []) + swapped(cand, args.swap) + extra:
+                swaps = swapped(cand, args.swap)
+                for c in [cand] + ([fresh] if fresh is not cand else []) + swaps + extra:
                     row: dict[str, Any] = {"case": name, "params": p, "description": c.description}
                     try:
                         cubin = compile_candidate(c, card.arch).cubin
-                        r = client.call({"cmd": "evaluate", "card": card.to_json(), "candidate": c.to_json(),
-                                         "cubin": cubin})
-                        if r["ok"]:
-                            row.update(time_us=r["time_us"], pct_bw=r["pct_bw"], speedup=r["speedup"])
+                        if args.unverified and any(c is s for s in swaps):
+                            row.update(unverified=True, **time_unverified(client, card, c, cubin, base))
                         else:
-                            row["failed"] = f"{r['verify_report']['failed_check']}: {r['verify_report']['message']}"
+                            r = client.call({"cmd": "evaluate", "card": card.to_json(), "candidate": c.to_json(),
+                                             "cubin": cubin})
+                            if r["ok"]:
+                                row.update(time_us=r["time_us"], pct_bw=r["pct_bw"], speedup=r["speedup"])
+                            else:
+                                row["failed"] = (f"{r['verify_report']['failed_check']}: "
+                                                 f"{r['verify_report']['message']}")
                     except CandidateFailure as e:
                         row["failed"] = f"{e.stage}: {e.message[:200]}"
                     results.append(row)
                     save(args.out, results)  # a stage killed at its time bound keeps every row timed so far
                     if "time_us" in row:
                         print(f"   {row['time_us']:8.1f} us {row['pct_bw']:5.1f}% bw {row['speedup']:5.2f}x  "
-                              f"{c.description}", flush=True)
+                              f"{c.description}" + (" [unverified]" if row.get("unverified") else ""), flush=True)
                     else:
                         print(f"   FAILED {row['failed'][:150]}  {c.description}", flush=True)
     finally:
@@ -395,6 +404,16 @@ def swapped(cand: Candidate, swaps: list[str]) -> list[Candidate]:
         else:
             out.append(replace(cand, source=source, description=cand.description + f" [swap {i}]"))
     return out
+
+
+def time_unverified(client: Any, card: OperatorCard, cand: Candidate, cubin: bytes, base: dict[str, Any]
+                    ) -> dict[str, Any]:
+    """``--unverified``: the worker's remeasure of ``cand`` (fresh inputs, the search's timer, no verifier), as
+    ``time_us``, ``pct_bw`` and ``speedup`` beside the case's eager time and floor from ``base``."""
+    r = client.call({"cmd": "remeasure", "card": card.to_json(), "candidate": cand.to_json(), "cubin": cubin,
+                     "runs": 1})
+    t = r["times_us"][0]
+    return {"time_us": t, "pct_bw": 100.0 * base["floor_us"] / t, "speedup": r["eager_us"] / t}
 
 
 def plain(cand: Candidate) -> Candidate:

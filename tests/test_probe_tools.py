@@ -160,6 +160,30 @@ def test_joined_swaps_apply_together_or_not_at_all() -> None:
     assert reduce not in out[0].source and write not in out[0].source
 
 
+def test_an_unverified_swap_is_timed_by_the_workers_remeasure_and_never_verified() -> None:
+    """`--unverified`: a swapped variant goes to the worker's remeasure (fresh inputs, no verifier), once, and its
+    row's % of the bandwidth and speedup come from the case's floor and eager time."""
+    from forge_backend.search.templates import family_for
+    import template_cards as tc
+
+    card = tc.softmax((64, 262144), "bfloat16")
+    fam = family_for(card)
+    cand = fam.generate(card, fam.root_params(card))
+
+    class Client:
+        def __init__(self) -> None:
+            self.requests: list[dict] = []
+
+        def call(self, request: dict) -> dict:
+            self.requests.append(request)
+            return {"times_us": [20.0], "eager_us": 70.0}
+
+    client = Client()
+    row = probe_variants.time_unverified(client, card, cand, b"cubin", {"floor_us": 15.0, "eager_us": 71.0})
+    assert [(r["cmd"], r["runs"], r["cubin"]) for r in client.requests] == [("remeasure", 1, b"cubin")]
+    assert row == {"time_us": 20.0, "pct_bw": 75.0, "speedup": 3.5}
+
+
 def test_plain_launch_drops_only_the_cooperative_flag() -> None:
     """`--plain-launch`: the same source and grid, every cooperative launch made plain, labelled."""
     from forge_backend.search.templates import family_for

@@ -43,7 +43,7 @@ def test_halves_stores_16_bytes_a_lane_from_half_packs() -> None:
     assert "const Pack<T, VEC / 2> p = sh[i * 32 + lane];" in src and "for (int i = 0; i < 2 * NPL; ++i)" in src
     assert "__syncwarp();  // with once" in src  # lanes read halves other lanes put back into the slot
     plain = sm.generate(card, {k: v for k, v in root.items() if k != "halves"}).source
-    assert "stp<TO, VEC>(yr + col, o);" in plain and "VEC / 2" not in plain
+    assert "stp<TO, VEC>(yr + col, o);" in plain and "Pack<T, VEC / 2>" not in plain and "(VEC / 2)" not in plain
 
 
 def test_actions_keep_halves_and_toggle_it() -> None:

@@ -12,10 +12,11 @@ ENV = {"gpu": "NVIDIA H200", "run A": "2026-12-02 10:00 UTC: python bench_ops.py
 
 
 def op_row(op, shape, dtype, floor_us=20.0, pct_bw=90.0, eager=3.0, inductor=2.0, its=3, iterations=50, search_s=5.0,
-           pct_bw_graph=95.0):
+           pct_bw_graph=95.0, pct_bw_kernel=97.0):
     return {"op": op, "shape": list(shape), "dtype": dtype, "eager_us": 1.0, "inductor_us": 1.0, "kforge_us": 1.0,
-            "floor_us": floor_us, "pct_bw": pct_bw, "pct_bw_graph": pct_bw_graph, "speedup_vs_eager": eager, "speedup_vs_inductor": inductor,
-            "iterations_to_best": its, "search_s": search_s, "iterations": iterations, "run": "A"}
+            "floor_us": floor_us, "pct_bw": pct_bw, "pct_bw_graph": pct_bw_graph, "pct_bw_kernel": pct_bw_kernel,
+            "speedup_vs_eager": eager, "speedup_vs_inductor": inductor, "iterations_to_best": its,
+            "search_s": search_s, "iterations": iterations, "run": "A"}
 
 
 def seed_rows(**kw):
@@ -69,6 +70,19 @@ def test_the_bandwidth_bar_by_graph_replay_fails_on_a_slow_or_untimed_row():
     untimed = op_row("softmax", (8192, 2048), "float32", floor_us=16.0, pct_bw_graph=None)  # a run before the column
     v = verdicts(seed_rows() + [untimed])[BY_GRAPH]
     assert not v.met and "(1 not timed this way)" in v.detail
+
+
+BY_KERNEL = ">= 80% of the copy bandwidth on every row of >= 64 MB, by the profiler's kernel time, the launch left out"
+
+
+def test_the_bandwidth_bar_by_kernel_time_is_judged_apart_from_the_others():
+    row = op_row("softmax", (8192, 2048), "float32", floor_us=16.0, pct_bw=72.4, pct_bw_graph=73.1, pct_bw_kernel=83.9)
+    v = verdicts(seed_rows() + [row])
+    assert v[BY_KERNEL].met and not v[BY_EVENTS].met and not v[BY_GRAPH].met
+    assert v[BY_KERNEL].detail.endswith(" rows; lowest softmax [8192,2048] float32 83.9%")
+    slow = op_row("softmax", (8192, 2048), "float32", floor_us=16.0, pct_bw_kernel=79.6)
+    v = verdicts(seed_rows() + [slow])
+    assert v[BY_EVENTS].met and not v[BY_KERNEL].met and "softmax [8192,2048] float32 79.6%" in v[BY_KERNEL].detail
 
 
 def test_slower_than_inductor_counts_from_8_mb():

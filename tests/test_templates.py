@@ -1140,7 +1140,9 @@ def test_relay_knob_once_evaluates_a_prologue_once() -> None:
     relay = {k: v for k, v in once.items() if k != "once"}
     assert once["once"] is True and sm.valid(card, relay) and sm.valid(card, once)
     src = sm.generate(card, once).source
-    assert src.count("xv(pk[i].v[j])") == 1 and "const_cast<P*>(sp)[i * 32 + lane] = pk[i];" in src
+    # into 16-bit packs two elements at a time (Note [a prologue two elements at a time] in fused.py)
+    assert src.count("fx2(reinterpret_cast<const unsigned*>(pk[i].v)[j])") == 1 and "xv(pk[i].v[j])" not in src
+    assert "const_cast<P*>(sp)[i * 32 + lane] = pk[i];" in src
     assert "fence.proxy.async.shared::cta" in src
     assert "__expf(to_f(p.v[j]) - m) * inv" in src and "sum += __expf(to_f(pk[i].v[j]) - m);" in src
     plain = sm.generate(card, relay).source

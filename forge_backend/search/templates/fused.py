@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
+
 from ...cards import OperatorCard
 from ...contract import Candidate
 from ...expression import FUSED_OP, OPS, Call, Const, Expr, Input, distinct_calls, n_inputs, parse, result_dtype
@@ -74,22 +76,26 @@ def value_lines(root: Call, in_dtypes: list[str]) -> list[str]:
 
     lines = []
     for i, c in enumerate(distinct_calls(root)):
-        op, args = OPS[c.op], [ref(a) for a in c.args]
-        if op.dtype is not None:
-            v = args[0]  # a cast: the rounding below (or the final store) is the whole op
-        elif op.arity == 1:
-            v = f"f_{c.op}({args[0]})"
-        elif c.op == "div" and isinstance(c.args[1], Const):
-            # ATen's CUDA true division by a CPU scalar multiplies by the reciprocal (BinaryDivTrueKernel.cu)
-            v = f"{args[0]} * {float_literal(_reciprocal(c.args[1].value))}"
-        else:
-            other = args[1] if c.alpha is None else f"{float_literal(c.alpha)} * {args[1]}"
-            v = f"{args[0]} {_INFIX[c.op]} {other}"
+        v = _call_value(c, [ref(a) for a in c.args])
         if c != root and dtypes[c] != "float32":  # Note [fused rounding]; the root is rounded by the store
             v = f"round_to<{CTYPE[dtypes[c]]}>({v})"
         names[c] = f"t{i}"
         lines.append(f"  const float t{i} = {v};")
     return lines
+
+
+def _call_value(c: Call, args: list[str]) -> str:
+    """The fp32 value of call ``c`` of one element, its operands' values being ``args``, before any rounding."""
+    op = OPS[c.op]
+    if op.dtype is not None:
+        return args[0]  # a cast: the rounding (or the final store) is the whole op
+    if op.arity == 1:
+        return f"f_{c.op}({args[0]})"
+    if c.op == "div" and isinstance(c.args[1], Const):
+        # ATen's CUDA true division by a CPU scalar multiplies by the reciprocal (BinaryDivTrueKernel.cu)
+        return f"{args[0]} * {float_literal(_reciprocal(c.args[1].value))}"
+    other = args[1] if c.alpha is None else f"{float_literal(c.alpha)} * {args[1]}"
+    return f"{args[0]} {_INFIX[c.op]} {other}"
 
 
 def _reciprocal(c: int | float) -> float:
@@ -156,6 +162,134 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     specs = [t.spec for t in card.inputs] + [output_spec(card, 0)]
     return make_candidate(_source(card, root, p), [launch("fused", grid, p["block"], args)], desc, p,
                           align_of(p["vec"], specs))
+
+
+# Note [a prologue two elements at a time]
+# The relay evaluates a fused softmax's prologue once, into its slot (Note [a prologue evaluated once, into its slot]
+# in softmax.py), where every value is the input's 16-bit type T, and stores it back as T: per element a widening, the
+# prologue's fp32 arithmetic, a paired conversion and a widening per rounding (Note [roundings off the MIO pipe] in
+# common.py) and a narrowing. ``pair_prologue`` gives ``fx2``, which takes two elements as the 32-bit word that holds
+# them and returns the word of their two values, bit for bit what ``fx`` and the narrowing give each: the fp32
+# arithmetic stays per element, but a rounding converts both elements with one cvt.rn.{bf16,f16}x2.f32 and keeps
+# them packed until an fp32 operation needs them, and a product of two values of one 16-bit type (the soft cap's
+# ``* 30`` of a bf16 tanh) rounded to that type is one mul.rn.{bf16,f16}x2: such a product is exact in fp32 (at most
+# 22 significant bits), so the one rounding of the paired multiply is the fp32 product's rounding (up to fp32
+# subnormal products, which the fp32 path flushes to zero under --use_fast_math and the pair keeps, as eager does).
+# tests/test_fused_pairs.py pins the code; test_fused_pairs_gpu.py compares fx2 with fx, narrowed, over every 16-bit
+# input in both halves of a word for nine prologues: the same bits at every input of magnitude 2^-60 or more (below
+# it an fp32 product can be subnormal).
+# Measured on the H200 (thirty-ninth session; results/h200/probe_session39_ceilings.json first had the soft cap's root
+# at 28.3 and 27.9 us with its prologue left out, against 32.3 and 32.2, and 31.6 and 31.5 with only its tanh left
+# out, each unverified): one run, the root
+# twice, each beside the element-wise prologue swapped back in (probe_session39_softcap_pairs_ab.json): the
+# soft-capped softmax [64, 262144] bf16 -> fp32 30.7 and 31.0 us against 32.2 and 32.3; the sampling softmax
+# (to_float32 of bf16 logits, whose fx2 is the word itself) 28.3 and 28.1 against 28.9 and 29.3. Ops run AJ (25
+# iterations): the soft cap 30.9 us, 76% of the copy bandwidth by events (73% in run AI), 77% by graph replay, 85% by
+# kernel time. A tanh.approx.bf16x2 in place of the two fp32 tanhs failed the verifier (it rounds 2,086 of the
+# 65,536 bf16 inputs one ulp off tanh.approx.f32's rounding, and SASS has it as two MUFU.TANH.BF16, no fewer;
+# benchmarks/softcap_pairs_exhaustive.py, results/h200/softcap_pairs_exhaustive_session39.json).
+_PAIR_CVT = {"bfloat16": "bf16x2", "float16": "f16x2"}
+
+
+def _exact_in(v: int | float, dtype: str) -> bool:
+    """Whether the number ``v`` is a finite value of the 16-bit ``dtype``."""
+    t = torch.tensor(float(v), dtype=getattr(torch, dtype))
+    return math.isfinite(float(v)) and float(t) == float(v)
+
+
+def _pair_word(v: int | float, dtype: str) -> str:
+    """The 32-bit word holding the 16-bit ``dtype`` value ``v`` in both halves, as a C literal."""
+    bits = torch.tensor(float(v), dtype=getattr(torch, dtype)).view(torch.int16).item() & 0xFFFF
+    return f"0x{bits << 16 | bits:08x}u"
+
+
+def pair_prologue(expr: str, dtype: str) -> str:
+    """``fx2(w)``: the one-input prologue ``expr`` over both 16-bit ``dtype`` halves of the word ``w`` (the low half
+    the first element), each result narrowed to ``dtype`` (Note [a prologue two elements at a time]). Every value the
+    prologue gives must be a value of ``dtype`` (softmax._once_ok); the kernel's header has ``fx``'s device functions
+    (row_loader)."""
+    root = parse(expr)
+    if dtype not in _PAIR_CVT or n_inputs(root) != 1:
+        raise ValueError(f"no paired prologue for {expr!r} over {dtype}")
+    dtypes: dict[Expr, str] = {}
+    result_dtype(root, [dtype], dtypes)
+    lines: list[str] = []
+    packed: dict[Expr, tuple[str, str]] = {Input(0): ("w", dtype)}  # a value held as a word of two, and its type
+    floats: dict[Expr, tuple[str, str]] = {}  # a value held as two floats (the first element's, the second's)
+
+    def halves(e: Expr) -> tuple[str, str]:
+        if isinstance(e, Const):
+            return float_literal(e.value), float_literal(e.value)
+        if e not in floats:  # widen a word once, where a float operation first needs it
+            word, t = packed[e]
+            lo, hi = f"{word}_lo", f"{word}_hi"
+            lines.append(f"  const float {lo} = pair_lo<{CTYPE[t]}>({word}), {hi} = pair_hi<{CTYPE[t]}>({word});")
+            floats[e] = (lo, hi)
+        return floats[e]
+
+    for i, c in enumerate(distinct_calls(root)):
+        op, name, t = OPS[c.op], f"t{i}", dtypes[c]
+        rounds = t in _PAIR_CVT  # a 16-bit value: rounded here (or, the root, by the narrowing to dtype)
+        words = [packed.get(a) for a in c.args]
+        consts = [a for a in c.args if isinstance(a, Const)]
+        if op.dtype is not None and c.args[0] in packed and (not rounds or packed[c.args[0]][1] == t):
+            packed[c] = packed[c.args[0]]  # a widening, or a rounding to the type it has: the same values
+            continue
+        if (c.op == "mul" and rounds and all(w is None or w[1] == t for w in words) and len(consts) < 2
+                and all(_exact_in(k.value, t) for k in consts) and all(w is not None or a in consts
+                                                                       for w, a in zip(words, c.args))):
+            # Note [a prologue two elements at a time]: an exact product of two values of t, rounded once
+            a, b = (w[0] if w is not None else _pair_word(a.value, t) for w, a in zip(words, c.args))
+            lines.append(f"  const unsigned {name} = pair_mul<{CTYPE[t]}>({a}, {b});")
+            packed[c] = (name, t)
+            continue
+        args = [halves(a) for a in c.args]
+        for k, side in enumerate(("lo", "hi")):
+            lines.append(f"  const float v{i}_{side} = {_call_value(c, [a[k] for a in args])};")
+        if rounds:  # later float operations widen the rounded word (halves), never these fp32 values
+            lines.append(f"  const unsigned {name} = pair_of<{CTYPE[t]}>(v{i}_hi, v{i}_lo);")
+            packed[c] = (name, t)
+        else:
+            floats[c] = (f"v{i}_lo", f"v{i}_hi")
+    word = packed.get(root)
+    if word is None or word[1] != dtype:  # narrow the results to dtype: exact, as every value is one of dtype
+        lo, hi = halves(root)
+        lines.append(f"  const unsigned out = pair_of<{CTYPE[dtype]}>({hi}, {lo});")
+        word = ("out", dtype)
+    return f"""{PAIR_HELPERS}
+__device__ __forceinline__ unsigned fx2(unsigned w) {{  // prologue, two at a time: {expr}
+{chr(10).join(lines)}
+  return {word[0]};
+}}"""
+
+
+# Words of two 16-bit values (the low half the first): the paired conversion, each half widened, the paired product.
+PAIR_HELPERS = r"""template <typename H> __device__ __forceinline__ unsigned pair_of(float hi, float lo);
+template <> __device__ __forceinline__ unsigned pair_of<__nv_bfloat16>(float hi, float lo) {
+  unsigned r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
+}
+template <> __device__ __forceinline__ unsigned pair_of<__half>(float hi, float lo) {
+  unsigned r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
+}
+template <typename H> __device__ __forceinline__ float pair_lo(unsigned w);
+template <> __device__ __forceinline__ float pair_lo<__nv_bfloat16>(unsigned w) { return __uint_as_float(w << 16); }
+template <> __device__ __forceinline__ float pair_lo<__half>(unsigned w) {
+  return __half2float(__ushort_as_half((unsigned short)(w & 0xffffu)));
+}
+template <typename H> __device__ __forceinline__ float pair_hi(unsigned w);
+template <> __device__ __forceinline__ float pair_hi<__nv_bfloat16>(unsigned w) {
+  return __uint_as_float(w & 0xffff0000u);
+}
+template <> __device__ __forceinline__ float pair_hi<__half>(unsigned w) {
+  return __half2float(__ushort_as_half((unsigned short)(w >> 16)));
+}
+template <typename H> __device__ __forceinline__ unsigned pair_mul(unsigned a, unsigned b);
+template <> __device__ __forceinline__ unsigned pair_mul<__nv_bfloat16>(unsigned a, unsigned b) {
+  unsigned r; asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r;
+}
+template <> __device__ __forceinline__ unsigned pair_mul<__half>(unsigned a, unsigned b) {
+  unsigned r; asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r;
+}"""
 
 
 def row_prologue_dtype(expr: str, inputs: list, prefix: str, out: TensorSpec) -> str | None:

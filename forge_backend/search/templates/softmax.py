@@ -67,7 +67,7 @@ from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACH
                      TMA_HELPERS, align_of, best_vec, cdiv, chunk_of, clamp, cluster_combine, consts, filter_actions,
                      flag_knob, kept_ok, knob, launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill,
                      row_loop, row_of_source, row_order, rows_aligned, scale_knob, tma_ok, typedefs, vec_ok, walk_head)
-from .fused import row_loader, row_prologue_dtype
+from .fused import pair_prologue, row_loader, row_prologue_dtype
 from .relay import (RELAY_HELPERS, relay_actions, relay_consts, relay_defaults, relay_kernel, relay_launch,
                     relay_scratch, relay_valid)
 from .resident import (resident_actions, resident_consts, resident_defaults, resident_kernel, resident_launch,
@@ -661,13 +661,18 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_fin({_x_params(card)}, 
 
 def _relay_reduce(once: bool, pair: str | None) -> str:
     """The relay's reduce of a warp's share of a piece: max, then sum of exp. ``once`` (Note [a prologue evaluated
-    once, into its slot]): the prologue's values replace the raw packs, in registers and in the slot. The sum tests
-    for a share with no finite value once, and ``pair`` (a 16-bit pair type, where the packs hold the values the max
-    is over) takes the max over packed pairs (Note [a lean reduce])."""
+    once, into its slot]): the prologue's values replace the raw packs, in registers and in the slot, two at a time
+    (``fx2``) where ``pair`` is set. The sum tests for a share with no finite value once, and ``pair`` (a 16-bit pair
+    type, where the packs hold the values the max is over) takes the max over packed pairs (Note [a lean reduce])."""
     x = "to_f" if once else "xv"
-    put = """
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) pk[i].v[j] = narrow(xv(pk[i].v[j]));
+    # Note [a prologue two elements at a time] in fused.py: fx2 where the packs hold 16-bit values
+    fx = """
+          for (int j = 0; j < VEC / 2; ++j)
+            reinterpret_cast<unsigned*>(pk[i].v)[j] = fx2(reinterpret_cast<const unsigned*>(pk[i].v)[j]);""" \
+        if pair else """
+          for (int j = 0; j < VEC; ++j) pk[i].v[j] = narrow(xv(pk[i].v[j]));"""
+    put = f"""
+#pragma unroll{fx}
           const_cast<P*>(sp)[i * 32 + lane] = pk[i];""" if once else ""
     # Note [a lean reduce]: one max.{bf16,f16}x2 a pair, then the pairs' halves widened once a pack
     peak = f"""
@@ -752,7 +757,8 @@ def _relay_layout_ok(card: OperatorCard, vec: int) -> bool:
 # reduces: the rounded values replace the raw packs in registers and in the lane's own share of the slot, and the
 # max, the sum and the write LAG pieces later only widen them. No other warp reads that share, and the same lane
 # writes and later reads each pack, so no barrier is added; before the slot is freed each lane fences its stores
-# against the copy engine's next fill (``wrote_slot`` in relay.py).
+# against the copy engine's next fill (``wrote_slot`` in relay.py). Into 16-bit packs the prologue goes two elements
+# at a time (``fx2``: Note [a prologue two elements at a time] in fused.py).
 # Measured on the soft-capped softmax [64, 262144] bf16 -> fp32 (sixteenth session, same runs; results/h200/
 # probe_session16_softcap_lut_once.json, probe_session16_relay_once.json, probe_session16_paired_rounding.json):
 # - with the roundings as F2F (before Note [roundings off the MIO pipe]): the relay's 32 KB pieces 70.3 us three
@@ -885,8 +891,16 @@ typedef Pack<T, VEC> P;
 typedef Pack<TO, VEC> PO;
 {_fused_loader(card)}
 __device__ __forceinline__ float xv(T v) {{ return to_f(from_f<TF>(fx(to_f(v)))); }}
-{_NARROW}
+{_NARROW}{_pair_prologue(card, p)}
 """
+
+
+def _pair_prologue(card: OperatorCard, p: dict[str, Any]) -> str:
+    """``fx2`` (Note [a prologue two elements at a time] in fused.py) where the relay evaluates the prologue once into
+    16-bit packs (``_relay_pair``), else nothing."""
+    if not (p.get("once") and _relay_pair(card, True)):
+        return ""
+    return "\n" + pair_prologue(str(card.scalars["expr"]), _relay_dtype(card))
 
 
 # A value of T widened to float, back to T: exact, so bf16 takes the top half of the float's bits and fp16 the paired
