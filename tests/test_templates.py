@@ -255,9 +255,9 @@ def test_root_strategies_fit_the_shape() -> None:
     assert family_for(huge).root_params(huge)["strategy"] == "split"
     assert pick("softmax_4097_f32")["vec"] == 1  # 4097 * 4 bytes is not a multiple of 16
     # Note [a prologue evaluated once, into its slot]: the soft cap's bf16 values fit the relay's slots; Note [stores
-    # of whole sectors]: its fp32 outputs are stored 16 bytes a lane
-    assert pick("softmax_fused_softcap") == {"strategy": "relay", "vec": 8, "pe": 8192, "nw": 16, "nc": 1, "k": 10,
-                                             "lag": 4, "once": True, "ramp": 2, "halves": True}
+    # of whole sectors]: its fp32 outputs are stored 16 bytes a lane; Note [eight slots for a paired prologue]
+    assert pick("softmax_fused_softcap") == {"strategy": "relay", "vec": 8, "pe": 8192, "nw": 16, "nc": 1, "k": 8,
+                                             "lag": 3, "once": True, "ramp": 2, "halves": True}
     softcap = CARDS["softmax_fused_softcap"][0]()
     assert family_for(softcap).defaults(softcap, "cluster")["vec"] == 4  # bf16 logits, fp32 after the prologue
     assert family_for(softcap).seeds(softcap)[1]["strategy"] == "cluster"
@@ -373,7 +373,7 @@ def test_relay_softmax_streams_pieces_through_every_sm() -> None:
     # Note [a prologue evaluated once, into its slot]: its bf16 values go back into the slot, and that relay is the root
     fused = CARDS["softmax_fused_softcap"][0]()
     q = sm.defaults(fused, "relay")
-    assert q == {"strategy": "relay", "vec": 8, "pe": 8192, "nw": 16, "nc": 1, "k": 10, "lag": 4, "once": True,
+    assert q == {"strategy": "relay", "vec": 8, "pe": 8192, "nw": 16, "nc": 1, "k": 8, "lag": 3, "once": True,
                  "ramp": 2, "halves": True}
     assert sm.valid(fused, q) and sm.root_params(fused) == q
     relay = sm.generate(fused, q)

@@ -180,14 +180,14 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
 # it an fp32 product can be subnormal).
 # Measured on the H200 (thirty-ninth session; results/h200/probe_session39_ceilings.json first had the soft cap's root
 # at 28.3 and 27.9 us with its prologue left out, against 32.3 and 32.2, and 31.6 and 31.5 with only its tanh left
-# out, each unverified): one run, the root
-# twice, each beside the element-wise prologue swapped back in (probe_session39_softcap_pairs_ab.json): the
-# soft-capped softmax [64, 262144] bf16 -> fp32 30.7 and 31.0 us against 32.2 and 32.3; the sampling softmax
-# (to_float32 of bf16 logits, whose fx2 is the word itself) 28.3 and 28.1 against 28.9 and 29.3. Ops run AJ (25
-# iterations): the soft cap 30.9 us, 76% of the copy bandwidth by events (73% in run AI), 77% by graph replay, 85% by
-# kernel time. A tanh.approx.bf16x2 in place of the two fp32 tanhs failed the verifier (it rounds 2,086 of the
-# 65,536 bf16 inputs one ulp off tanh.approx.f32's rounding, and SASS has it as two MUFU.TANH.BF16, no fewer;
-# benchmarks/softcap_pairs_exhaustive.py, results/h200/softcap_pairs_exhaustive_session39.json).
+# out, each unverified): one run, the root twice, each beside the element-wise prologue swapped back in
+# (probe_session39_softcap_pairs_ab.json): the soft-capped softmax [64, 262144] bf16 -> fp32 30.7 and 31.0 us against
+# 32.2 and 32.3; the sampling softmax (to_float32 of bf16 logits, whose fx2 is the word itself) 28.3 and 28.1 against
+# 28.9 and 29.3. Ops run AJ (25 iterations): the soft cap 30.9 us, 76% of the copy bandwidth by events (73% in run
+# AI), 77% by graph replay, 85% by kernel time; run AK, after Note [eight slots for a paired prologue] in softmax.py:
+# 30.1 us, 78.2%, 79.8% and 86.3%. A tanh.approx.bf16x2 in place of the two fp32 tanhs failed the verifier (it rounds
+# 2,086 of the 65,536 bf16 inputs one ulp off tanh.approx.f32's rounding, and SASS has it as two MUFU.TANH.BF16, no
+# fewer; benchmarks/softcap_pairs_exhaustive.py, results/h200/softcap_pairs_exhaustive_session39.json).
 _PAIR_CVT = {"bfloat16": "bf16x2", "float16": "f16x2"}
 
 

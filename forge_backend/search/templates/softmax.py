@@ -192,8 +192,12 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
         return {"strategy": "cluster", "vec": vec, "block": block, "cs": cs, "cache": cache, "stream": False}
     if strategy == "relay":  # Note [the first copies a few at a time] (relay.py): two at a time
         p = {**relay_defaults(_relay_isz(card)), "ramp": 2}
-        if _once_ok(card):  # Note [a prologue evaluated once, into its slot]: pieces of 16 KB, 10 slots, a lag of 4
+        if _once_ok(card):  # Note [a prologue evaluated once, into its slot]: pieces of 16 KB, 10 slots, a lag of 4;
+            # 16-bit packs, whose prologue goes two at a time: 8 slots, a lag of 3 (Note [eight slots for a paired
+            # prologue])
             p.update(pe=16384 // _relay_isz(card), k=10, lag=4, once=True)
+            if _relay_pair(card, True):
+                p.update(k=8, lag=3)
         if _wide_out(card, p["vec"]):  # Note [stores of whole sectors]
             p["halves"] = True
         return p
@@ -765,7 +769,8 @@ def _relay_layout_ok(card: OperatorCard, vec: int) -> bool:
 #   times, 48.8-49.0 once, against the cluster root's 53.3-53.4; once in 16 KB pieces over 12 slots with a lag of 4,
 #   45.5; in 48 KB pieces over 24 consumer warps, 52.5;
 # - with the paired roundings, once: 38.4 us in 32 KB pieces, 35.8 in 16 KB pieces over 10 slots with a lag of 4 (the
-#   defaults here), 36.0 over 12, 37.2-39.1 in 8 KB pieces; the cluster 49.0;
+#   defaults here until Note [eight slots for a paired prologue]), 36.0 over 12, 37.2-39.1 in 8 KB pieces; the
+#   cluster 49.0;
 # - the plain sampling softmax ``to_float32(x0)``: 33.9 us in 16 KB pieces once, 35.9 three times, 40.3 in 32 KB
 #   pieces once, against the cluster's 47.0. Without a prologue (softmax [64, 262144] bf16) 16 KB pieces lose (27.9
 #   against 24.3 us), so only the fused defaults take them.
@@ -779,6 +784,17 @@ def _relay_layout_ok(card: OperatorCard, vec: int) -> bool:
 # bf16 on all 65,026 normal finite inputs (it differs on the 254 subnormals, which that precise build flushed); an
 # exp form with a series near 0 also rounds as tanhf does (within 5 fp32 ulps of it) but ran the soft cap's root in
 # 42.0 us three times against 34.7-35.0 with tanhf (probe_session26_softcap_tanh.json).
+
+# Note [eight slots for a paired prologue]
+# Once the soft cap's prologue went two elements at a time (Note [a prologue two elements at a time] in fused.py), its
+# relay ran faster in 16 KB pieces over 8 slots with a lag of 3 than in the 10 slots with a lag of 4 it had taken
+# since the sixteenth session (Note [a prologue evaluated once, into its slot]). Measured on the H200 (thirty-ninth
+# session, two runs, each layout twice a run; results/h200/probe_session39_softcap_lag.json, _lag2.json): the
+# soft-capped softmax [64, 262144] bf16 -> fp32 29.9, 30.0 and 29.8, 30.2 us against 30.6, 30.7 and 31.0, 31.2; 10
+# slots with a lag of 3 30.4, 30.5; 9 slots with a lag of 3 30.9 twice; 8 slots with a lag of 2 31.7, 32.2. The
+# sampling softmax (to_float32 of bf16 logits) tied: 27.9, 28.0 against 27.8, 27.7 (10 slots, a lag of 3: 28.0,
+# 28.5). So every relay that evaluates a prologue once into 16-bit packs takes 8 slots and a lag of 3; 4-byte packs,
+# which no run compared, keep 10 and 4.
 
 # Note [stores of whole sectors]
 # Where the output is wider than the input (fp32 after bf16 or fp16 logits: the soft cap, the sampling softmax), an
