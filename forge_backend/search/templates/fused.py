@@ -227,20 +227,21 @@ def pair_prologue(expr: str, dtype: str) -> str:
             floats[e] = (lo, hi)
         return floats[e]
 
+    def word_of(e: Expr, t: str) -> str | None:
+        """``e`` as a word of two values of the 16-bit type ``t``, where it is one (a constant: exactly)."""
+        if isinstance(e, Const):
+            return _pair_word(e.value, t) if _exact_in(e.value, t) else None
+        return packed[e][0] if e in packed and packed[e][1] == t else None
+
     for i, c in enumerate(distinct_calls(root)):
         op, name, t = OPS[c.op], f"t{i}", dtypes[c]
         rounds = t in _PAIR_CVT  # a 16-bit value: rounded here (or, the root, by the narrowing to dtype)
-        words = [packed.get(a) for a in c.args]
-        consts = [a for a in c.args if isinstance(a, Const)]
         if op.dtype is not None and c.args[0] in packed and (not rounds or packed[c.args[0]][1] == t):
             packed[c] = packed[c.args[0]]  # a widening, or a rounding to the type it has: the same values
             continue
-        if (c.op == "mul" and rounds and all(w is None or w[1] == t for w in words) and len(consts) < 2
-                and all(_exact_in(k.value, t) for k in consts) and all(w is not None or a in consts
-                                                                       for w, a in zip(words, c.args))):
-            # Note [a prologue two elements at a time]: an exact product of two values of t, rounded once
-            a, b = (w[0] if w is not None else _pair_word(a.value, t) for w, a in zip(words, c.args))
-            lines.append(f"  const unsigned {name} = pair_mul<{CTYPE[t]}>({a}, {b});")
+        words = [word_of(a, t) for a in c.args] if c.op == "mul" and rounds else [None]
+        if None not in words:  # Note [a prologue two elements at a time]: an exact product of two values of t
+            lines.append(f"  const unsigned {name} = pair_mul<{CTYPE[t]}>({words[0]}, {words[1]});")
             packed[c] = (name, t)
             continue
         args = [halves(a) for a in c.args]
