@@ -135,13 +135,13 @@ def ops_verdicts(ops: dict) -> list[Verdict]:
         timed = [r for r in large if r.get(key) is not None]
         short = sorted((r for r in timed if r[key] < 80), key=lambda r: r[key])
         untimed = len(large) - len(timed)
+        low = min(timed, key=lambda r: r[key], default=None)
+        rest = ("; below: " + "; ".join(f"{_label(r)} {_pct_below(r[key])}" for r in short) if short
+                else f"; lowest {_label(low)} {low[key]:.1f}%" if low else "")
         out.append(Verdict(4, f">= 80% of the copy bandwidth on every row of >= 64 MB, by {how}",
                            bool(large) and not short and not untimed,
                            f"{len(timed) - len(short)} of {len(large)} rows"
-                           + (f" ({untimed} not timed this way)" if untimed else "")
-                           + ("; below: " + "; ".join(f"{_label(r)} {_pct_below(r[key])}" for r in short)
-                              if short else f"; lowest {_label(low)} {low[key]:.1f}%"
-                              if (low := min(timed, key=lambda r: r[key], default=None)) else "")))
+                           + (f" ({untimed} not timed this way)" if untimed else "") + rest))
     fifty = [r for r in rows if r.get("iterations", 0) >= 50]
     slow = [r for r in fifty if r["search_s"] > 60]
     out.append(Verdict(4, "a 50-iteration search takes <= 60 s", bool(fifty) and not slow,

@@ -28,8 +28,9 @@ from ...contract import Candidate
 from ...expression import FUSED_OP, OPS, Call, Const, Expr, Input, distinct_calls, n_inputs, parse, result_dtype
 from ...signature import TensorSpec
 from . import elementwise
-from .common import (CTYPE, FLOAT_DTYPES, POINTWISE_MATH, PREAMBLE, SMS, align_of, broadcasts_over_rows, cdiv, consts,
-                     float_literal, launch, make_candidate, output_spec, row_offset, stream_loop, typedefs)
+from .common import (CTYPE, FLOAT_DTYPES, ITEMSIZE, POINTWISE_MATH, PREAMBLE, SMS, align_of, broadcasts_over_rows,
+                     cdiv, consts, float_literal, launch, make_candidate, output_spec, row_offset, stream_loop,
+                     typedefs)
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
@@ -188,9 +189,6 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
 # 30.1 us, 78.2%, 79.8% and 86.3%. A tanh.approx.bf16x2 in place of the two fp32 tanhs failed the verifier (it rounds
 # 2,086 of the 65,536 bf16 inputs one ulp off tanh.approx.f32's rounding, and SASS has it as two MUFU.TANH.BF16, no
 # fewer; benchmarks/softcap_pairs_exhaustive.py, results/h200/softcap_pairs_exhaustive_session39.json).
-_PAIR_CVT = {"bfloat16": "bf16x2", "float16": "f16x2"}
-
-
 def _exact_in(v: int | float, dtype: str) -> bool:
     """Whether the number ``v`` is a finite value of the 16-bit ``dtype``."""
     t = torch.tensor(float(v), dtype=getattr(torch, dtype))
@@ -209,7 +207,7 @@ def pair_prologue(expr: str, dtype: str) -> str:
     prologue gives must be a value of ``dtype`` (softmax._once_ok); the kernel's header has ``fx``'s device functions
     (row_loader)."""
     root = parse(expr)
-    if dtype not in _PAIR_CVT or n_inputs(root) != 1:
+    if ITEMSIZE.get(dtype) != 2 or n_inputs(root) != 1:
         raise ValueError(f"no paired prologue for {expr!r} over {dtype}")
     dtypes: dict[Expr, str] = {}
     result_dtype(root, [dtype], dtypes)
@@ -235,7 +233,7 @@ def pair_prologue(expr: str, dtype: str) -> str:
 
     for i, c in enumerate(distinct_calls(root)):
         op, name, t = OPS[c.op], f"t{i}", dtypes[c]
-        rounds = t in _PAIR_CVT  # a 16-bit value: rounded here (or, the root, by the narrowing to dtype)
+        rounds = ITEMSIZE[t] == 2  # a 16-bit value: rounded here (or, the root, by the narrowing to dtype)
         if op.dtype is not None and c.args[0] in packed and (not rounds or packed[c.args[0]][1] == t):
             packed[c] = packed[c.args[0]]  # a widening, or a rounding to the type it has: the same values
             continue

@@ -195,9 +195,8 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
         if _once_ok(card):  # Note [a prologue evaluated once, into its slot]: pieces of 16 KB, 10 slots, a lag of 4;
             # 16-bit packs, whose prologue goes two at a time: 8 slots, a lag of 3 (Note [eight slots for a paired
             # prologue])
-            p.update(pe=16384 // _relay_isz(card), k=10, lag=4, once=True)
-            if _relay_pair(card, True):
-                p.update(k=8, lag=3)
+            paired = _relay_pair(card, True) is not None
+            p.update(pe=16384 // _relay_isz(card), k=8 if paired else 10, lag=3 if paired else 4, once=True)
         if _wide_out(card, p["vec"]):  # Note [stores of whole sectors]
             p["halves"] = True
         return p
