@@ -25,6 +25,7 @@ from harness import environment, write_results  # noqa: E402
 from forge_backend.cards import OperatorCard  # noqa: E402
 from forge_backend.contract import Candidate  # noqa: E402
 from forge_backend.errors import CandidateFailure  # noqa: E402
+from forge_backend.store import ShippedStore  # noqa: E402
 from forge_backend.store.record import KernelRecord  # noqa: E402
 
 TITLE = "Kernel records against the same signatures' records searched again, one run"
@@ -32,15 +33,11 @@ COLUMNS = ("op", "input", "old_us", "new_us", "old_over_new", "old_pct_bw", "new
 
 
 def kernel_records(directory: Path) -> dict[str, KernelRecord]:
-    """The kernel records (not ``pytorch`` decisions) of a directory of ``<key>.json`` files, by key."""
-    out = {}
-    for path in sorted(directory.glob("*.json")):
-        if path.name == "index.json":
-            continue
-        rec = KernelRecord.loads(path.read_text(encoding="utf-8"))
-        if rec.decision == "kernel" and rec.candidate:
-            out[rec.key] = rec
-    return out
+    """The kernel records (not ``pytorch`` decisions) of a directory of ``<key>.json`` files, by key, read as the
+    shipped tier reads kernels_cache/ (an exported bundle's index.json is not a key)."""
+    store = ShippedStore(directory)
+    recs = {key: store.read(key) for key in store.keys()}
+    return {key: rec for key, rec in recs.items() if rec.decision == "kernel" and rec.candidate}
 
 
 def common_keys(old: dict[str, KernelRecord], new: dict[str, KernelRecord]) -> list[str]:

@@ -5,7 +5,8 @@ soft cap fused) and relayed group norms (the SD3.5 VAE decoder's seven). Their s
 session that searched them; a later relay (a leaner reduce, a prologue two elements at a time, other slots) is only
 found by searching them again. This module runs exactly those ops at exactly those shapes, so that
 
-    KFORGE_SHIPPED_DIR=/empty kforge prewarm benchmarks/ship_relayed.py --force --min-share 0 --cache-dir DIR
+    KFORGE_SHIPPED_DIR=/empty kforge prewarm benchmarks/ship_relayed.py --iterations 12 --seconds-per-op 8 \
+        --min-share 0 --cache-dir DIR
 
 searches every one of them (the models themselves take minutes to load for eleven signatures), and
 `kforge cache export` writes the records under the same keys. `kforge cards benchmarks/ship_relayed.py --json F`
@@ -17,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 SOFT_CAP = 30.0  # Gemma 4's final_logit_softcapping
-# (shape, dtype) of each sampling softmax: "softcap" is Gemma's soft-capped bf16 logits, "float" bf16 logits
+# (kind, shape, dtype) of each sampling softmax: "softcap" is Gemma's soft-capped bf16 logits, "float" bf16 logits
 # widened to fp32, "plain" fp32 logits
 SOFTMAXES = (("softcap", (1, 64, 262144), torch.bfloat16), ("float", (1, 64, 248320), torch.bfloat16),
              ("plain", (1, 64, 262144), torch.float32), ("plain", (1, 64, 248320), torch.float32))

@@ -2,23 +2,20 @@
 H200 searches each of them again (and nothing else), and the export lands under the shipped files' names."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from forge_backend.inspect_model import model_cards
 from forge_backend.signature import OpSignature
+from forge_backend.store import ShippedStore
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "benchmarks" / "ship_relayed.py"
 
 
 def _relay_keys() -> set[str]:
-    keys = set()
-    for path in (ROOT / "kernels_cache").glob("*.json"):
-        rec = json.loads(path.read_text())
-        if ((rec.get("candidate") or {}).get("params") or {}).get("strategy") == "relay":
-            keys.add(rec["key"])
-    return keys
+    shipped = ShippedStore(ROOT / "kernels_cache")
+    return {key for key in shipped.keys()
+            if ((shipped.read(key).candidate or {}).get("params") or {}).get("strategy") == "relay"}
 
 
 def test_the_spec_holds_exactly_the_shipped_relay_signatures():
