@@ -618,28 +618,6 @@ def test_conv_bands_pass_the_verifier(case):
     check(card, {"strategy": "bands", "vec": 16 // (4 if card.inputs[0].spec.dtype == "float32" else 2), **params})
 
 
-# Note [channels in lanes, rows staged for the copy engine] (conv_staged.py): Qwen's conv, several tiles and samples,
-# rows shorter than a band and than a vector (several rows' ends in one band), fp16, a bias, K of 1-9 and padding past
-# K - 1, one to eight warps, bulk copies and stores by lanes, channel tiles first
-CONV_STAGED = [
-    (tc.causal_conv1d(8192, 2048, k=4, dtype="bfloat16"), {"warps": 4, "r": 4}),
-    (tc.causal_conv1d(8192, 2048, k=4, dtype="bfloat16"), {"warps": 4, "r": 7, "lanes": True}),
-    (tc.causal_conv1d(128, 131, k=4, dtype="bfloat16", batch=2), {"warps": 2, "r": 3, "cfirst": True}),
-    (tc.causal_conv1d(192, 61, k=5, dtype="float16", bias=True, padding=6, batch=3), {"warps": 8, "r": 1}),
-    (tc.causal_conv1d(64, 5, k=2, dtype="bfloat16", padding=0), {"warps": 1, "r": 2, "lanes": True}),
-    (tc.causal_conv1d(128, 300, k=9, dtype="bfloat16", bias=True), {"warps": 4, "r": 16}),
-    (tc.causal_conv1d(64, 37, k=1, dtype="float16", padding=0, batch=2), {"warps": 2, "r": 2}),
-]
-
-
-@pytest.mark.parametrize("case", CONV_STAGED, ids=lambda c: "x".join(map(str, c[0].inputs[0].spec.shape)) +
-                         f"-w{c[1]['warps']}-r{c[1]['r']}" + "".join(f"-{k}" for k in ("lanes", "cfirst")
-                                                                     if c[1].get(k)))
-def test_conv_staged_pass_the_verifier(case):
-    card, params = case
-    check(card, {"strategy": "staged", "vec": 8, **params})
-
-
 @pytest.mark.parametrize("case", CONV_CHUNKS, ids=lambda c: "x".join(map(str, c[0].inputs[0].spec.shape)) +
                          "".join(f"-{k}" for k in ("direct", "rowfast") if c[1].get(k)))
 def test_conv_chunks_pass_the_verifier(case):

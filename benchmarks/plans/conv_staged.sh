@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The causal conv1d's ``staged`` strategy (Note [channels in lanes, rows staged for the copy engine] in
-# templates/conv_staged.py) beside the root (``bands``), every variant verified and timed in one run, the root and
-# the staged defaults twice; with a copy of the row's bytes and Inductor's transpose of the same [2048, 8192] bf16.
+# The causal conv1d's ``staged`` strategy (trial commit 2b618f3, reverted in the commit after it: Note [channels in
+# lanes, rows staged for the copy engine: measured, not kept] in templates/conv_bands.py) beside the root
+# (``bands``), every variant verified and timed in one run, the root and the staged defaults twice; with a copy of
+# the row's bytes and Inductor's transpose of the same [2048, 8192] bf16. Needs the trial's code to run.
 # Run on the device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/conv_staged.sh   -> $OUT/probe_conv_staged.json, .log
 . benchmarks/plans/common.sh

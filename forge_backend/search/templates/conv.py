@@ -45,7 +45,7 @@ from ...cards import OperatorCard
 from ...contract import Candidate
 from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, SMEM_LIMIT, SMS, STATIC_SMEM_LIMIT, align_of, cdiv, consts,
                      filter_actions, flag_knob, input_spec, launch, make_candidate, output_spec, scale_knob, typedefs)
-from . import conv_bands, conv_staged
+from . import conv_bands
 from .conv_flat import FLAT_KERNEL, FLAT_PIECES, FLAT_PIPE_KERNEL
 from .conv_shared import STORE16, blocks_per_sm, contiguous_output, weights_bytes
 from .conv_shared import channels_fast as _channels_fast, conv_params as _conv_params, dims as _dims
@@ -188,8 +188,6 @@ def _rows_stride(p: dict[str, Any], k: int) -> int:
 def defaults(card: OperatorCard, strategy: str = "tile") -> dict[str, Any]:
     if strategy == "bands":  # Note [channel rows over a band of positions]
         return conv_bands.defaults(card)
-    if strategy == "staged":  # Note [channels in lanes, rows staged for the copy engine]
-        return conv_staged.defaults(card)
     if strategy == "flat":  # Note [a block's channel rows as one flat run]
         return {"strategy": "flat", "g": 16, "block": 512, "ld": 8,
                 "vec": 16 // ITEMSIZE[input_spec(card, "input").dtype]}
@@ -273,8 +271,6 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         return _flat_ok(card, p)
     if p.get("strategy") == "bands":
         return conv_bands.valid(card, p)
-    if p.get("strategy") == "staged":
-        return conv_staged.valid(card, p)
     n, c, _, l_out, k, _ = _dims(card)
     tl, tc, strategy = p.get("tl", 0), p.get("tc", 0), p.get("strategy")
     if strategy not in ("tile", "window", "rows", "chunks") or tl not in (16, 32, 64, 128, 256, 512) or \
@@ -330,11 +326,7 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
         acts.append(("strategy flat -> bands", defaults(card, "bands")))  # Note [channel rows over a band of positions]
         return filter_actions(card, p, [(label, q) for label, q in acts if q is not None], valid)
     if p["strategy"] == "bands":  # Note [channel rows over a band of positions]
-        acts = conv_bands.actions(card, p) + [("strategy bands -> flat", defaults(card, "flat")),
-                                              ("strategy bands -> staged", defaults(card, "staged"))]
-        return filter_actions(card, p, acts, valid)
-    if p["strategy"] == "staged":  # Note [channels in lanes, rows staged for the copy engine]
-        acts = conv_staged.actions(card, p) + [("strategy staged -> bands", defaults(card, "bands"))]
+        acts = conv_bands.actions(card, p) + [("strategy bands -> flat", defaults(card, "flat"))]
         return filter_actions(card, p, acts, valid)
     acts = scale_knob(p, "tl") + scale_knob(p, "tc") + scale_knob(p, "block") + scale_knob(p, "vec") + \
         scale_knob(p, "r") + [flag_knob(p, "cfirst")]
@@ -375,8 +367,6 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
         return _generate_flat(card, p)
     if p["strategy"] == "bands":
         return conv_bands.generate(card, p)
-    if p["strategy"] == "staged":
-        return conv_staged.generate(card, p)
     n, c, l_in, l_out, k, pad = _dims(card)
     x, y = input_spec(card, "input"), output_spec(card, 0)
     has_bias = input_spec(card, "bias") is not None

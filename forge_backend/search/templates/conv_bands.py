@@ -97,6 +97,24 @@ from .conv_shared import STORE16, blocks_per_sm, channels_fast, contiguous_outpu
 # threads 24.8. Only 34 of a block's 64 line offsets had a run, so 136 of 256 threads filled, each waiting on all
 # eight of its loads before its first store.
 
+# Note [channels in lanes, rows staged for the copy engine: measured, not kept]
+# Forty-first session (trial commit 2b618f3, reverted in the commit after it): strategy ``staged`` kept the window in
+# the input's own layout instead of scattering it into channel rows. A block took 64 channels (one 128-byte line of a
+# position) over a band of NV = WARPS x R output vectors; the window came by 16-byte cp.async copies (zero-filled
+# outside the input), lane l computed channels 2l and 2l + 1 from 4-byte shared loads of whole lines (no bank
+# conflict) in groups of 8 outputs, and a funnel of byte permutes and selects cut each row's group before and its own
+# at the row's phase into aligned 16-byte vectors, staged in shared memory and stored by one bulk copy a row
+# (cp.async.bulk.global.shared::cta) or, with ``lanes``, by the warps along the rows. A numpy model of its indices and
+# 7 GPU verifier cases passed (results/h200/gpu_tests_session41_staged.log). Measured on the H200 (one run, plan
+# benchmarks/plans/conv_staged.sh, results/h200/probe_session41_conv_staged.json; a copy of the bytes 18.5 us,
+# Inductor's transpose of [2048, 8192] bf16 19.7): Qwen's conv 25.2-28.7 us over eleven layouts against this root's
+# 21.6-21.7 (bulk copies 25.6, stores by lanes 26.8); rows aligned to 16 bytes (L_out 2048, K 5) 25.9 with bulk
+# copies and 22.0 by lanes against the root's 21.6. Nsight Compute (results/h200/ncu/conv_staged_*.txt, no flush):
+# where every row's phase is 0 the compiler folds the funnel and the stores' phase arithmetic away (19.9 us against
+# this root's 20.4); at Qwen's rows (L_out 2051) they stay, 25.3 us at 55% of the issue slots with a third of the
+# warps resident, and every warp loads its 64 channels' weights again (1.1 M L2 sectors beyond the 2.3 M the bytes
+# need). So even with those costs gone the layout only ties this root, which stays.
+
 BANDS_KEYS = frozenset({"strategy", "g", "lt", "block", "ld", "vec", "bfirst", "join"})
 
 
