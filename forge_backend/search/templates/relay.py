@@ -84,7 +84,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...contract import Launch
-from .common import SMEM_ADDR, SMEM_LIMIT, SMS, cdiv, flag_knob, knob, launch, scale_knob
+from .common import SM_SMEM, SMEM_ADDR, SMEM_LIMIT, SMS, cdiv, flag_knob, knob, launch, scale_knob
 from .relay_held import (MAX_REGS, held_head_bytes, held_knob, held_parts, held_progress_ok, held_regs,
                          held_writer_warps)
 
@@ -185,7 +185,7 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     warp, the slots within shared memory, a lag that leaves loads in flight and covers a block's other pieces of the
     same row (Note [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads
     them all)."""
-    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", *RELAY_KEYS}:
+    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", "bps", *RELAY_KEYS}:
         return False  # another strategy's knob (keep, tma, ...): nothing here reads it
     if p.get("hold", True) is not True or p.get("writers", True) is not True:
         return False  # flags (Notes [a row's last piece before the next row's first], [writers of their own]):
@@ -203,12 +203,22 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
         return False
     if not (1 <= nw and 1 <= nc <= 4 and relay_threads(p) <= 1024 and (own or 1 <= lag) and k <= 16):
         return False
-    ppr, regs = cdiv(cols, pe), p.get("regs", 0)
+    ppr, regs, bps = cdiv(cols, pe), p.get("regs", 0), relay_bps(p)
     if not held_regs(p, pe // (32 * vec * nw), relay_threads(p), isz):
         return False  # Note [pieces held in the writers' registers] in relay_held.py
-    progress = (held_progress_ok(ppr, SMS, k, regs, nc) if regs else writers_progress_ok(ppr, SMS, k, nc)) if own \
-        else progress_ok(ppr, SMS, k, lag, nc)
-    return relay_smem(p, isz, vbytes) <= SMEM_LIMIT - 1024 and ppr <= 1024 and progress and rows * ppr < 2**40
+    if bps not in (1, 2) or ("bps" in p and (bps != 2 or regs or relay_threads(p) > 384)):
+        return False  # Note [two relay blocks an SM]: present as 2, no held pieces, ~85 registers a thread
+    nb = SMS * bps
+    progress = (held_progress_ok(ppr, nb, k, regs, nc) if regs else writers_progress_ok(ppr, nb, k, nc)) if own \
+        else progress_ok(ppr, nb, k, lag, nc)
+    smem = SMEM_LIMIT - 1024 if bps == 1 else SM_SMEM // bps - 2048
+    return relay_smem(p, isz, vbytes) <= smem and ppr <= 1024 and progress and rows * ppr < 2**40
+
+
+def relay_bps(p: dict[str, Any]) -> int:
+    """Relay blocks an SM: 1, or knob ``bps`` (Note [two relay blocks an SM])."""
+    v = p.get("bps", 1)
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
 
 def progress_ok(ppr: int, blocks: int, k: int, lag: int, nc: int) -> bool:
@@ -376,7 +386,7 @@ def relay_launch(kernel: str, p: dict[str, Any], args: list[str], isz: int, vbyt
     [64, 262144] bf16 23.4-23.6 us plain against 23.0-23.3, fp32 35.9 against 35.5, the soft cap 33.2-33.3 against
     32.8-33.0, the group norm [2, 1536, 64, 64] fp32 30.0 against 28.5), and an empty kernel's launch costs the same
     either way (launch_cost_session29.md)."""
-    return launch(kernel, SMS, relay_threads(p), args, relay_smem(p, isz, vbytes), cooperative=True)
+    return launch(kernel, SMS * relay_bps(p), relay_threads(p), args, relay_smem(p, isz, vbytes), cooperative=True)
 
 
 def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int]:
@@ -385,7 +395,7 @@ def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int
             "NC": p["nc"], "NT": relay_threads(p), "K": p["k"],
             **({"LAG": p["lag"]} if "lag" in p else {}), **({"RAMP": p["ramp"]} if "ramp" in p else {}),
             **({"REGS": p["regs"], "NS": p["k"] + p["regs"]} if "regs" in p else {}),
-            "HEAD": _head(p, vbytes)}
+            "HEAD": _head(p, vbytes), "BPS": relay_bps(p)}
 
 
 def relay_scratch(rows: str, ppr: int) -> dict[str, tuple[str, bool, bool]]:
@@ -441,7 +451,7 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
     if "regs" in p:
         writers = held_writer_warps(write_piece, prefetch)
     return f"""
-extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
+extern "C" __global__ __launch_bounds__(NT, BPS) void {name}({params},
     unsigned long long* __restrict__ part, long long rows) {{
   extern __shared__ __align__(128) unsigned char dsm[];
   unsigned long long* full = reinterpret_cast<unsigned long long*>(dsm);  // the slot's bytes arrived
