@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Two relay blocks an SM (knob ``bps``: Note [two relay blocks an SM] in templates/relay.py): each relay root beside
-# layouts of half the warps and half the slots in two co-resident blocks of every SM, every variant verified, the
-# root and the variants twice in one run. Run on the device after `benchmarks/run_device.sh setup`:
+# Two relay blocks an SM (knob ``bps``, trial commit 5b24073, reverted in the commit after it: Note [two relay blocks
+# an SM: measured, not kept] in templates/relay.py): each relay root beside layouts of half the warps and half the
+# slots in two co-resident blocks of every SM, every variant verified, the root and the variants twice in one run.
+# Needs the trial's code to run. Run on the device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/two_blocks.sh   -> $OUT/probe_two_blocks.json, .log
 . benchmarks/plans/common.sh
 S=strategy=relay,nc=1,ramp=2,bps=2

@@ -84,7 +84,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...contract import Launch
-from .common import SM_SMEM, SMEM_ADDR, SMEM_LIMIT, SMS, cdiv, flag_knob, knob, launch, scale_knob
+from .common import SMEM_ADDR, SMEM_LIMIT, SMS, cdiv, flag_knob, knob, launch, scale_knob
 from .relay_held import (MAX_REGS, held_head_bytes, held_knob, held_parts, held_progress_ok, held_regs,
                          held_writer_warps)
 
@@ -185,7 +185,7 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     warp, the slots within shared memory, a lag that leaves loads in flight and covers a block's other pieces of the
     same row (Note [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads
     them all)."""
-    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", "bps", *RELAY_KEYS}:
+    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", *RELAY_KEYS}:
         return False  # another strategy's knob (keep, tma, ...): nothing here reads it
     if p.get("hold", True) is not True or p.get("writers", True) is not True:
         return False  # flags (Notes [a row's last piece before the next row's first], [writers of their own]):
@@ -203,22 +203,12 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
         return False
     if not (1 <= nw and 1 <= nc <= 4 and relay_threads(p) <= 1024 and (own or 1 <= lag) and k <= 16):
         return False
-    ppr, regs, bps = cdiv(cols, pe), p.get("regs", 0), relay_bps(p)
+    ppr, regs = cdiv(cols, pe), p.get("regs", 0)
     if not held_regs(p, pe // (32 * vec * nw), relay_threads(p), isz):
         return False  # Note [pieces held in the writers' registers] in relay_held.py
-    if bps not in (1, 2) or ("bps" in p and (bps != 2 or regs or relay_threads(p) > 384)):
-        return False  # Note [two relay blocks an SM]: present as 2, no held pieces, ~85 registers a thread
-    nb = SMS * bps
-    progress = (held_progress_ok(ppr, nb, k, regs, nc) if regs else writers_progress_ok(ppr, nb, k, nc)) if own \
-        else progress_ok(ppr, nb, k, lag, nc)
-    smem = SMEM_LIMIT - 1024 if bps == 1 else SM_SMEM // bps - 2048
-    return relay_smem(p, isz, vbytes) <= smem and ppr <= 1024 and progress and rows * ppr < 2**40
-
-
-def relay_bps(p: dict[str, Any]) -> int:
-    """Relay blocks an SM: 1, or knob ``bps`` (Note [two relay blocks an SM])."""
-    v = p.get("bps", 1)
-    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+    progress = (held_progress_ok(ppr, SMS, k, regs, nc) if regs else writers_progress_ok(ppr, SMS, k, nc)) if own \
+        else progress_ok(ppr, SMS, k, lag, nc)
+    return relay_smem(p, isz, vbytes) <= SMEM_LIMIT - 1024 and ppr <= 1024 and progress and rows * ppr < 2**40
 
 
 def progress_ok(ppr: int, blocks: int, k: int, lag: int, nc: int) -> bool:
@@ -325,6 +315,18 @@ def writers_progress_ok(ppr: int, blocks: int, k: int, nc: int) -> bool:
 # take issue slots that try_wait's suspended warps leave free. Writers of their own (Note [writers of their own])
 # remain the way to write as soon as a row resolves.
 #
+# Note [two relay blocks an SM: measured, not kept]
+# Forty-first session (trial commit 5b24073, reverted in the commit after it): knob ``bps`` 2 launched two relay
+# blocks on every SM (264 blocks, ``__launch_bounds__(NT, 2)``, the progress rules over 264 blocks), each with half
+# the consumer warps and half the slots (at most 113 KB of shared memory and 384 threads a block), so that each SM ran
+# two pipelines whose pieces wait for their rows independently, and two resolvers. Every layout passed the verifier.
+# One run, each root and its layouts twice (results/h200/probe_session41_two_blocks.json, plan
+# benchmarks/plans/two_blocks.sh): the softmax [64,262144] bf16 root 21.6 and 21.9 us, two blocks of 3 slots of 32
+# KB with a lag of 1 22.2 and 22.0, of 6 of 16 KB 22.7-23.7, with writers of their own 24.8 twice; the group norm
+# [1,512,128,128] fp32 root 19.8 and 19.4 (81.2% of the copy bandwidth), two blocks 20.2-22.0; the soft cap root 30.5
+# twice, two blocks of 6 slots of 16 KB with a lag of 3 30.4 and 30.3, with a lag of 4 or 12 slots of 8 KB 31.8-32.0.
+# Ties at best: one block an SM stays.
+#
 # Note [relay pieces of 48 KB: an action, not the root]
 # The default layout (32 KB pieces, 6 slots, lag 3) was probed against others in the fifteenth session
 # (results/h200/probe_session15_relay_pieces.json, three calls, each layout next to the root in the same call). 20,
@@ -386,7 +388,7 @@ def relay_launch(kernel: str, p: dict[str, Any], args: list[str], isz: int, vbyt
     [64, 262144] bf16 23.4-23.6 us plain against 23.0-23.3, fp32 35.9 against 35.5, the soft cap 33.2-33.3 against
     32.8-33.0, the group norm [2, 1536, 64, 64] fp32 30.0 against 28.5), and an empty kernel's launch costs the same
     either way (launch_cost_session29.md)."""
-    return launch(kernel, SMS * relay_bps(p), relay_threads(p), args, relay_smem(p, isz, vbytes), cooperative=True)
+    return launch(kernel, SMS, relay_threads(p), args, relay_smem(p, isz, vbytes), cooperative=True)
 
 
 def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int]:
@@ -395,7 +397,7 @@ def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int
             "NC": p["nc"], "NT": relay_threads(p), "K": p["k"],
             **({"LAG": p["lag"]} if "lag" in p else {}), **({"RAMP": p["ramp"]} if "ramp" in p else {}),
             **({"REGS": p["regs"], "NS": p["k"] + p["regs"]} if "regs" in p else {}),
-            "HEAD": _head(p, vbytes), "BPS": relay_bps(p)}
+            "HEAD": _head(p, vbytes)}
 
 
 def relay_scratch(rows: str, ppr: int) -> dict[str, tuple[str, bool, bool]]:
@@ -451,7 +453,7 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
     if "regs" in p:
         writers = held_writer_warps(write_piece, prefetch)
     return f"""
-extern "C" __global__ __launch_bounds__(NT, BPS) void {name}({params},
+extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
     unsigned long long* __restrict__ part, long long rows) {{
   extern __shared__ __align__(128) unsigned char dsm[];
   unsigned long long* full = reinterpret_cast<unsigned long long*>(dsm);  // the slot's bytes arrived
