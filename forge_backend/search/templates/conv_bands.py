@@ -112,8 +112,9 @@ from .conv_shared import STORE16, blocks_per_sm, channels_fast, contiguous_outpu
 # copies and 22.0 by lanes against the root's 21.6. Nsight Compute (results/h200/ncu/conv_staged_*.txt, no flush):
 # where every row's phase is 0 the compiler folds the funnel and the stores' phase arithmetic away (19.9 us against
 # this root's 20.4); at Qwen's rows (L_out 2051) they stay, 25.3 us at 55% of the issue slots with a third of the
-# warps resident, and every warp loads its 64 channels' weights again (1.1 M L2 sectors beyond the 2.3 M the bytes
-# need). So even with those costs gone the layout only ties this root, which stays.
+# warps resident, and of the 1.1 M L2 sectors it moved beyond the 2.3 M the bytes need about 1 M are its weight
+# loads (every warp loads its block's 64 channels' again, 16 sectors for 64 bytes; counted from the loads). So even
+# with those costs gone the layout only ties this root, which stays.
 
 BANDS_KEYS = frozenset({"strategy", "g", "lt", "block", "ld", "vec", "bfirst", "join"})
 
