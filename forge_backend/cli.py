@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
+from .cli_common import kforge_errors
+from .errors import BadOption
 
 app = typer.Typer(help="kforge: faster CUDA kernels per operator signature for torch.compile.",
                   no_args_is_help=True, add_completion=False)
@@ -68,7 +70,8 @@ def cards(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] with ge
 
     from .inspect_model import model_cards
 
-    found = model_cards(model_spec, families=tuple(f for f in families.split(",") if f))
+    with kforge_errors():
+        found = model_cards(model_spec, families=tuple(f for f in families.split(",") if f))
     bw = found.bandwidth_gbps
     for card in found.cards:
         console.rule(f"[bold]{card.op}[/] x{card.occurrences}")
@@ -106,8 +109,10 @@ def prewarm(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] or pa
 
     options = {k: v for k, v in {"proposer": proposer, "min_share": min_share, "cache_dir": cache_dir,
                                  "families": families or None}.items() if v is not None}
-    cfg = KforgeConfig.load(options)
-    found = model_cards(model_spec, families=cfg.families, inner=cfg.inner)
+    with kforge_errors():  # bad options and model specs: one line, before the model is built
+        _check_budget(iterations, seconds_per_op, gpus)
+        cfg = KforgeConfig.load(options)
+        found = model_cards(model_spec, families=cfg.families, inner=cfg.inner)
     console.print(f"{model_spec}: {found.ops_seen} ATen ops, {found.candidates} candidate nodes, "
                   f"{len(found.cards)} distinct signatures")
     _print_cards_table(found.cards, found.bandwidth_gbps)
@@ -115,12 +120,13 @@ def prewarm(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] or pa
         console.print("[yellow]No CUDA GPU here: kforge can list the cards (`kforge cards`), but searching needs a "
                       "GPU. Nothing was searched.[/]")
         return
+    with kforge_errors():
+        n_gpus = _search_workers(gpus, torch.cuda.device_count())
     device = torch.device("cuda", torch.cuda.current_device())
     cards_ = [c for c in found.cards if c.arch.startswith("sm_")]
     store = LocalStore(cfg.cache_dir)
     items = pw.plan(cards_, pw.profile_cards(cards_, device), cfg, store, force=force, shipped=ShippedStore())
     todo = [i for i in items if i.status in ("search", "shipped")]
-    n_gpus = gpus or torch.cuda.device_count()
     console.print(f"{sum(i.status == 'search' for i in items)} to search and "
                   f"{sum(i.status == 'shipped' for i in items)} shipped to re-verify on {n_gpus} GPU(s), "
                   f"{sum(i.status == 'cached' for i in items)} cached, "
@@ -146,6 +152,23 @@ def prewarm(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] or pa
         except KeyboardInterrupt:
             console.print("[yellow]Interrupted: finished searches are kept; rerun to continue.[/]")
     _print_prewarm_table([results.get(i.card.key) or pw.PrewarmResult(i.card, i.share, i.status) for i in items])
+
+
+def _check_budget(iterations: int, seconds_per_op: float, gpus: int) -> None:
+    """prewarm's budget flags, in range (BadOption names the flag)."""
+    if iterations < 1:
+        raise BadOption(f"kforge prewarm --iterations {iterations}: must be >= 1")
+    if not seconds_per_op > 0:  # NaN too
+        raise BadOption(f"kforge prewarm --seconds-per-op {seconds_per_op}: must be > 0")
+    if gpus < 0:
+        raise BadOption(f"kforge prewarm --gpus {gpus}: must be >= 0 (0: every visible GPU)")
+
+
+def _search_workers(gpus: int, visible: int) -> int:
+    """prewarm's search workers: ``--gpus``, or every visible GPU for 0; more than are visible is an error."""
+    if gpus > visible:
+        raise BadOption(f"kforge prewarm --gpus {gpus}: only {visible} GPU(s) visible")
+    return gpus or visible
 
 
 def _print_cards_table(cards_, bandwidth_gbps: float) -> None:

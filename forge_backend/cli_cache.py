@@ -6,19 +6,18 @@ become one red line and exit status 1; nothing here holds logic the store lacks.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import difflib
 import json
-import sys
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterator, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
 
+from .cli_common import console_for, kforge_errors
 from .errors import KforgeError
 from .store import CorruptRecord, KernelRecord, LocalStore, ShippedStore
 
@@ -28,21 +27,6 @@ cache_app = typer.Typer(name="cache", help="Inspect and manage kforge's kernel c
 CacheDir = Annotated[Optional[Path], typer.Option(
     "--cache-dir", help="Cache directory (default: KFORGE_CACHE_DIR or ~/.cache/kforge).", show_default=False)]
 Shipped = Annotated[bool, typer.Option("--shipped", help="Include the read-only shipped records (kernels_cache/).")]
-
-
-def _console(stderr: bool = False) -> Console:
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=None if stream.isatty() else 160)
-
-
-@contextlib.contextmanager
-def _errors() -> Iterator[None]:
-    """Turn a kforge error into one line on stderr and exit status 1."""
-    try:
-        yield
-    except KforgeError as e:
-        _console(stderr=True).print(f"[red]error:[/red] {e}", markup=True)
-        raise typer.Exit(1) from e
 
 
 def _store(cache_dir: Path | None) -> LocalStore:
@@ -136,10 +120,10 @@ def _records(store: LocalStore, shipped: ShippedStore | None) -> list[tuple[str,
 def ls_cmd(cache_dir: CacheDir = None, shipped: Shipped = False) -> None:
     """List cached records: op, first input, decision, speedup over eager and over Inductor's single op (once timed),
     bandwidth fraction, proposer, age."""
-    with _errors():
+    with kforge_errors():
         store = _store(cache_dir)
         rows = _records(store, ShippedStore() if shipped else None)
-        console = _console()
+        console = console_for()
         if not rows:
             console.print(f"no records in {store.root}")
             return
@@ -170,7 +154,7 @@ def _vs_inductor(timings: dict) -> str:
 def show_cmd(key: Annotated[str, typer.Argument(help="A record key or a unique prefix of one.")],
              cache_dir: CacheDir = None) -> None:
     """Show one record: operator card, kernel source, launch plan, timings, verification, provenance."""
-    with _errors():
+    with kforge_errors():
         store, shipped = _store(cache_dir), ShippedStore()
         full = resolve_key(key, sorted(set(store.keys()) | set(shipped.keys())), _describer(store, shipped))
         try:
@@ -179,7 +163,7 @@ def show_cmd(key: Annotated[str, typer.Argument(help="A record key or a unique p
             raise CorruptRecord(f"record {full} is corrupt: {e}") from e
         if rec is None:  # deleted by another process since the listing
             raise KeyLookupError(f"record {full} is gone")
-        _show(_console(), rec, store)
+        _show(console_for(), rec, store)
 
 
 def _describer(store: LocalStore, shipped: ShippedStore) -> Callable[[str], str]:
@@ -224,7 +208,7 @@ def clear_cmd(cache_dir: CacheDir = None,
               searches: Annotated[bool, typer.Option("--searches", help="Also delete the search records.")] = False
               ) -> None:
     """Delete every local record (shipped records are read-only and stay)."""
-    with _errors():
+    with kforge_errors():
         store = _store(cache_dir)
         n = len(store.keys())
         what = f"{n} records" + (f" and {len(store.searches())} search records" if searches else "")
@@ -232,7 +216,7 @@ def clear_cmd(cache_dir: CacheDir = None,
             typer.confirm(f"Delete {what} in {store.root}?", abort=True)
         removed = store.clear()
         cleared = store.clear_searches() if searches else 0
-        _console().print(f"removed {removed} records" + (f" and {cleared} search records" if searches else "")
+        console_for().print(f"removed {removed} records" + (f" and {cleared} search records" if searches else "")
                          + f" from {store.root}")
 
 
@@ -242,9 +226,9 @@ def verify_cmd(cache_dir: CacheDir = None, shipped: Shipped = False,
                                                               "GPU; passing records become trusted.")] = False
                ) -> None:
     """Check the integrity of every entry; with --gpu, re-verify kernels on this GPU."""
-    with _errors():
+    with kforge_errors():
         store = _store(cache_dir)
-        console = _console()
+        console = console_for()
         shipped_store = ShippedStore() if shipped else None
         tiers: list[tuple[str, Path, Any]] = [("local", store.root, store)]
         if shipped_store is not None:
@@ -301,7 +285,7 @@ def export_cmd(directory: Annotated[Path, typer.Argument(help="Bundle directory 
                    "--key", "-k", help="Export only this key (prefix allowed); repeat for several.")] = None,
                cache_dir: CacheDir = None) -> None:
     """Write records as a bundle: one <key>.json per record plus index.json."""
-    with _errors():
+    with kforge_errors():
         store = _store(cache_dir)
         keys = None
         if key:
@@ -309,7 +293,7 @@ def export_cmd(directory: Annotated[Path, typer.Argument(help="Bundle directory 
             keys = [resolve_key(k, known) for k in key]
         index = store.export_bundle(keys, directory)
         n = len(json.loads(index.read_text())["records"])
-        _console().print(f"exported {n} records to {directory}", markup=False)
+        console_for().print(f"exported {n} records to {directory}", markup=False)
 
 
 @cache_app.command("import")
@@ -320,10 +304,10 @@ def import_cmd(directory: Annotated[Path, typer.Argument(help="Bundle directory 
                    "--overwrite", help="Replace valid records already stored under the same keys.")] = False,
                cache_dir: CacheDir = None) -> None:
     """Import a bundle; records are untrusted (re-verified before first use) unless --trust."""
-    with _errors():
+    with kforge_errors():
         store = _store(cache_dir)
         report = store.import_bundle(directory, trust=trust, overwrite=overwrite)
-        console = _console()
+        console = console_for()
         console.print(f"imported {len(report.imported)} records ({'trusted' if trust else 'untrusted'}), "
                       f"skipped {len(report.skipped)} already stored, rejected {len(report.rejected)}", markup=False)
         for name, why in report.rejected.items():

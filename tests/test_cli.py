@@ -5,8 +5,9 @@ import pytest
 from typer.testing import CliRunner
 
 from forge_backend import __version__
-from forge_backend.cli import app
+from forge_backend.cli import _search_workers, app
 from forge_backend.config import KforgeConfig
+from forge_backend.errors import BadOption
 from forge_backend.inspect_model import model_cards
 from forge_backend.prewarm import PrewarmResult, plan
 
@@ -35,9 +36,35 @@ def test_cards_prints_every_signature(tmp_path):
     assert "4 distinct signatures" in out.output and (tmp_path / "cards.json").exists()
 
 
-def test_cards_bad_spec_is_a_clear_error():
-    out = runner.invoke(app, ["cards", "no_such_file.py"])
-    assert out.exit_code != 0 and "does not exist" in str(out.exception)
+def _one_line_error(out, message: str) -> None:
+    """A bad input ends the command with exit status 1 and one line naming it, not a traceback."""
+    assert out.exit_code == 1, out.output
+    assert f"error: {message}" in out.output and "Traceback" not in out.output, out.output
+
+
+@pytest.mark.parametrize("command", ["cards", "prewarm"])
+def test_a_bad_model_spec_is_one_line(command):
+    _one_line_error(runner.invoke(app, [command, "no_such_file.py"]), "model spec file no_such_file.py does not exist")
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--iterations", "0"], "kforge prewarm --iterations 0: must be >= 1"),
+    (["--seconds-per-op", "0"], "kforge prewarm --seconds-per-op 0.0: must be > 0"),
+    (["--seconds-per-op", "nan"], "kforge prewarm --seconds-per-op nan: must be > 0"),
+    (["--gpus", "-1"], "kforge prewarm --gpus -1: must be >= 0"),
+    (["--proposer", "bogus"], "kforge option proposer='bogus' is not valid"),
+    (["--min-share", "2"], "kforge option min_share=2.0 must be in [0, 1)"),
+])
+def test_prewarm_refuses_bad_flags_before_building_the_model(flags, message):
+    out = runner.invoke(app, ["prewarm", QUICKSTART, *flags])
+    _one_line_error(out, message)
+    assert "distinct signatures" not in out.output  # the model was never captured
+
+
+def test_prewarm_takes_at_most_the_visible_gpus():
+    assert _search_workers(0, 2) == 2 and _search_workers(1, 2) == 1 and _search_workers(2, 2) == 2
+    with pytest.raises(BadOption, match="--gpus 3: only 2 GPU"):
+        _search_workers(3, 2)
 
 
 def test_prewarm_without_gpu_lists_signatures_and_says_why():
