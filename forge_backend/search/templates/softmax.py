@@ -783,10 +783,6 @@ def _relay_layout_ok(card: OperatorCard, vec: int) -> bool:
 # bf16 on all 65,026 normal finite inputs (it differs on the 254 subnormals, which that precise build flushed); an
 # exp form with a series near 0 also rounds as tanhf does (within 5 fp32 ulps of it) but ran the soft cap's root in
 # 42.0 us three times against 34.7-35.0 with tanhf (probe_session26_softcap_tanh.json).
-# Nor can sm_90's paired form stand in for it (forty-first session, the same script, results/h200/
-# tanh_bf16_exhaustive_session41.json): tanh.approx.bf16x2, one MUFU op for two bf16 inputs, returns a bf16 other than
-# tanhf's rounded one on 2,340 of the 65,280 finite inputs (the 254 subnormals among them), by up to one bf16 ulp
-# (65,540 fp32 ulps), and the soft cap's * 30 then moves a logit by up to 0.125 (over 13% of its exp).
 
 # Note [eight slots for a paired prologue]
 # Once the soft cap's prologue went two elements at a time (Note [a prologue two elements at a time] in fused.py), its
