@@ -217,7 +217,7 @@ def clear_cmd(cache_dir: CacheDir = None,
         removed = store.clear()
         cleared = store.clear_searches() if searches else 0
         console_for().print(f"removed {removed} records" + (f" and {cleared} search records" if searches else "")
-                         + f" from {store.root}")
+                            + f" from {store.root}")
 
 
 @cache_app.command("verify")

@@ -107,7 +107,7 @@ from .conv_shared import STORE16, blocks_per_sm, channels_fast, contiguous_outpu
 # (cp.async.bulk.global.shared::cta) or, with ``lanes``, by the warps along the rows. A numpy model of its indices and
 # 7 GPU verifier cases passed (results/h200/gpu_tests_session41_staged.log). Measured on the H200 (one run, plan
 # benchmarks/plans/conv_staged.sh, results/h200/probe_session41_conv_staged.json; a copy of the bytes 18.5 us,
-# Inductor's transpose of [2048, 8192] bf16 19.7): Qwen's conv 25.2-28.7 us over eleven layouts against this root's
+# Inductor's transpose of [2048, 8192] bf16 19.7): Qwen's conv 25.2-28.7 us over ten layouts against this root's
 # 21.6-21.7 (bulk copies 25.6, stores by lanes 26.8); rows aligned to 16 bytes (L_out 2048, K 5) 25.9 with bulk
 # copies and 22.0 by lanes against the root's 21.6. Nsight Compute (results/h200/ncu/conv_staged_*.txt, no flush):
 # where every row's phase is 0 the compiler folds the funnel and the stores' phase arithmetic away (19.9 us against
