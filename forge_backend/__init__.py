@@ -4,7 +4,7 @@
 importing the package also registers the backend by name.
 
 Layering (imports point downwards only):
-    cli, ui                       -> everything below
+    cli, cli_cache, cli_common    -> everything below (no web UI yet)
     backend                       -> capture, rewrite, registry, config; runtime.provider (lazily)
     capture, rewrite              -> signature, cards, selection, registry
     runtime/ (nvrtc, launch, worker, provider) -> contract, verify, measure, store, search

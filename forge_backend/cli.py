@@ -1,4 +1,4 @@
-"""The ``kforge`` command line: doctor, cards, prewarm, cache tools, ui. Only this module (and the UI) prints."""
+"""The ``kforge`` command line: doctor, cards, prewarm, cache (cli_cache.py). Only the cli modules print."""
 from __future__ import annotations
 
 import logging
