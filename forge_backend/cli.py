@@ -79,7 +79,8 @@ def cards(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] with ge
     console.print(f"\n{len(found.cards)} distinct signatures, {found.candidates} candidate nodes, "
                   f"{found.ops_seen} ATen ops; floors at {bw:.0f} GB/s ({found.bandwidth_source})")
     if json_out:
-        json_out.write_text(json.dumps([c.to_json() for c in found.cards], indent=1))
+        with kforge_errors():
+            json_out.write_text(json.dumps([c.to_json() for c in found.cards], indent=1))
         console.print(f"wrote {json_out}")
 
 

@@ -3,6 +3,7 @@ errors turned into one line."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 from typing import Iterator
 
@@ -21,10 +22,19 @@ def console_for(stderr: bool = False) -> Console:
 
 @contextlib.contextmanager
 def kforge_errors() -> Iterator[None]:
-    """Turn a kforge error (a bad model spec, option or record: :class:`KforgeError`) into one red line on stderr and
-    exit status 1, instead of a traceback."""
+    """Turn a kforge error (a bad model spec, option or record: :class:`KforgeError`) or a file the system refuses (a
+    path the user gave that is missing or not writable: OSError) into one red line on stderr and exit status 1,
+    instead of a traceback. With ``--verbose`` an OSError keeps its traceback (it may come from deeper than a path)."""
     try:
         yield
     except KforgeError as e:
-        console_for(stderr=True).print(f"[red]error:[/red] {e}", markup=True)
-        raise typer.Exit(1) from e
+        _fail(str(e), e)
+    except OSError as e:
+        if logging.getLogger().isEnabledFor(logging.INFO):
+            raise
+        _fail(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else str(e), e)
+
+
+def _fail(message: str, cause: BaseException) -> None:
+    console_for(stderr=True).print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    raise typer.Exit(1) from cause

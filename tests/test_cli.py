@@ -61,6 +61,13 @@ def test_prewarm_refuses_bad_flags_before_building_the_model(flags, message):
     assert "distinct signatures" not in out.output  # the model was never captured
 
 
+def test_a_path_the_system_refuses_is_one_line(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    out = runner.invoke(app, ["cards", QUICKSTART, "--json", str(blocker / "cards.json")])
+    _one_line_error(out, f"{blocker / 'cards.json'}: Not a directory")
+
+
 def test_prewarm_takes_at_most_the_visible_gpus():
     assert _search_workers(0, 2) == 2 and _search_workers(1, 2) == 1 and _search_workers(2, 2) == 2
     with pytest.raises(BadOption, match="--gpus 3: only 2 GPU"):

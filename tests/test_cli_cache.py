@@ -153,6 +153,14 @@ def test_import_missing_dir_is_a_clean_error(env):
     assert r.exit_code == 1 and "does not exist" in r.output
 
 
+def test_export_where_the_system_refuses_is_a_clean_error(env):
+    blocker = env["tmp"] / "a_file"
+    blocker.write_text("")
+    r = invoke("export", str(blocker / "bundle"), "--cache-dir", env["cache"])
+    assert r.exit_code == 1 and f"error: {blocker / 'bundle'}: Not a directory" in r.output, r.output
+    assert "Traceback" not in r.output
+
+
 def test_helpers():
     now = dt.datetime(2026, 1, 2, tzinfo=dt.timezone.utc)
     assert age("2026-01-01T00:00:00+00:00", now) == "1d" and age("2026-01-01T23:59:30+00:00", now) == "30s"
