@@ -70,18 +70,17 @@ def cards(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] with ge
 
     from .inspect_model import model_cards
 
-    with kforge_errors():
+    with kforge_errors():  # a model spec that does not load, a --json path the system refuses
         found = model_cards(model_spec, families=tuple(f for f in families.split(",") if f))
-    bw = found.bandwidth_gbps
-    for card in found.cards:
-        console.rule(f"[bold]{card.op}[/] x{card.occurrences}")
-        console.print(card.render(bw))
-    console.print(f"\n{len(found.cards)} distinct signatures, {found.candidates} candidate nodes, "
-                  f"{found.ops_seen} ATen ops; floors at {bw:.0f} GB/s ({found.bandwidth_source})")
-    if json_out:
-        with kforge_errors():
+        bw = found.bandwidth_gbps
+        for card in found.cards:
+            console.rule(f"[bold]{card.op}[/] x{card.occurrences}")
+            console.print(card.render(bw))
+        console.print(f"\n{len(found.cards)} distinct signatures, {found.candidates} candidate nodes, "
+                      f"{found.ops_seen} ATen ops; floors at {bw:.0f} GB/s ({found.bandwidth_source})")
+        if json_out:
             json_out.write_text(json.dumps([c.to_json() for c in found.cards], indent=1))
-        console.print(f"wrote {json_out}")
+            console.print(f"wrote {json_out}")
 
 
 def main() -> None:
