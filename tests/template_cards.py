@@ -5,6 +5,7 @@ would produce, then builds an OpSignature with schema argument names and the car
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
 import torch
@@ -180,3 +181,8 @@ def causal_conv1d(c: int = 96, length: int = 37, k: int = 4, dtype: str = "bfloa
         "input": x, "weight": meta((c, 1, k), dtype), "bias": meta((c,), dtype) if bias else None,
         "stride": [1], "padding": [k - 1 if padding is None else padding], "dilation": [1], "transposed": False,
         "output_padding": [0], "groups": c})
+
+
+def for_arch(card: OperatorCard, arch: str) -> OperatorCard:
+    """``card`` as it would be built on a GPU of architecture ``arch`` (its key changes with it)."""
+    return build_card(dataclasses.replace(card.signature_obj(), arch=arch))

@@ -246,6 +246,28 @@ def test_cache_key_ignores_measurement_noise_but_not_the_search_state():
     assert len(diff) == 1 and diff[0].startswith("siblings:")
 
 
+A100 = {"name": "NVIDIA A100-SXM4-80GB", "arch": "sm_80", "sm_count": 108, "smem_per_block_kb": 163, "l2_mb": 40,
+        "regs_per_sm": 65536, "max_threads_per_sm": 2048}  # as the worker's gpu_description gives it
+
+
+def test_the_search_describes_its_own_gpu_to_the_llm_only():
+    """Note [templates for the card's architecture] (templates/target.py): the prompt tells the model the GPU the
+    worker runs on (its arch, SMs and shared memory), not the H200 kforge was tuned on."""
+    from forge_backend.runtime.search_runner import _describe_gpu
+    from forge_backend.search.templates import TemplateProposer
+
+    cfg = llm_config(None, Path("."), llm_base_url="http://127.0.0.1:1/v1")
+    llm, templates = LLMProposer(cfg, use_cache=False), TemplateProposer()
+    before = PromptKey.of(cfg, llm.facts, CARD, ROOT, seed=1)
+    _describe_gpu([templates, llm], A100, 1800.0)
+    assert llm.facts == GpuFacts.of_device(A100, 1800.0) and not hasattr(templates, "facts")
+    text = prompts.expand_message(CARD, ROOT, llm.facts)
+    for needle in ("NVIDIA A100-SXM4-80GB (sm_80)", "108 SMs", "163 KB", "40 MB", "1800 GB/s"):
+        assert needle in text, needle
+    assert "132 SMs" not in text and "227 KB" not in text  # the H200's (the card here is still sm_90's)
+    assert PromptKey.of(cfg, llm.facts, CARD, ROOT, seed=1).digest() != before.digest()
+
+
 # budget ------------------------------------------------------------------------------------------------------------
 
 

@@ -146,3 +146,22 @@ def test_fault_and_hang_kill_only_the_worker(tmp_path):
         client.close()
     x = torch.randn(10, device=DEV)
     assert torch.relu(x).sum().isfinite()  # and this process's own CUDA context is fine
+
+
+def test_the_worker_describes_its_gpu_as_the_templates_see_its_arch(tmp_path):
+    """The baseline reply's ``gpu`` (what the LLM's prompt says of this GPU) matches the device, and the shared
+    memory a block may opt into matches the table the templates keep for its arch (Note [templates for the card's
+    architecture] in search/templates/target.py)."""
+    from forge_backend.search.templates.target import Target
+    from forge_backend.signature import arch_of
+
+    card = unary_card("aten.relu.default", 1000)
+    client = WorkerClient(tmp_path, 0, timeout_s=60)
+    try:
+        gpu = client.call({"cmd": "baseline", "card": card.to_json()})["gpu"]
+    finally:
+        client.close()
+    props = torch.cuda.get_device_properties(DEV)
+    assert (gpu["name"], gpu["arch"], gpu["sm_count"]) == (props.name, arch_of(DEV), props.multi_processor_count)
+    assert gpu["smem_per_block_kb"] * 1024 == Target(props.major * 10 + props.minor).smem_limit
+    assert gpu["l2_mb"] >= 1 and gpu["regs_per_sm"] >= 65536 and gpu["max_threads_per_sm"] >= 1024

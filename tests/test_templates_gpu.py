@@ -10,19 +10,22 @@ from forge_backend.reference import call_aten
 from forge_backend.runtime.launch import Launcher
 from forge_backend.runtime.nvrtc import compile_candidate
 from forge_backend.search.templates import family_for
+from forge_backend.search.templates.target import SM90_STRATEGIES
+from forge_backend.signature import arch_of
 from forge_backend.verify import make_inputs, verify
 
 pytestmark = pytest.mark.gpu
 DEV = torch.device("cuda", 0) if torch.cuda.is_available() else None
 
 
-def check(card, params=None):
+def check(card, params=None, arch=None):
+    """``params`` (the root by default) of ``card`` passes the verifier, compiled for ``arch`` (the card's)."""
     fam = family_for(card)
     assert fam is not None, card.op
     params = params if params is not None else fam.root_params(card)
     assert fam.valid(card, params), params
     cand = fam.generate(card, params)
-    run = Launcher(card, cand, compile_candidate(cand, card.arch).cubin, DEV)
+    run = Launcher(card, cand, compile_candidate(cand, arch or card.arch).cubin, DEV)
     rep = verify(card, run.launch_into, run.allocate_outputs, DEV)
     assert rep.ok, (card.op, params, rep.failed_check, rep.message)
 
@@ -50,6 +53,24 @@ ANCHOR_CARDS = (
                          f"{'x'.join(map(str, c.inputs[0].spec.shape))}-{c.inputs[0].spec.dtype}")
 def test_first_kernel_passes_at_anchor_shape(card):
     check(card)
+
+
+# Note [templates for the card's architecture] (target.py): where the H200's first kernel needs sm_90 (a relay, a
+# cluster), the roots and seeds an A100's card (sm_80) and an RTX 5090's (sm_120: 99 KB of shared memory a block,
+# clusters of at most 8) get instead, compiled for this GPU
+OTHER_ARCH_CASES = [(card, arch) for card in ANCHOR_CARDS for arch in ("sm_80", "sm_120")
+                    if family_for(card).root_params(card).get("strategy") in SM90_STRATEGIES]
+
+
+@pytest.mark.parametrize("card,arch", OTHER_ARCH_CASES, ids=lambda v: v if isinstance(v, str) else
+                         f"{v.op.removeprefix('aten.')}-{'x'.join(map(str, v.inputs[0].spec.shape))}-"
+                         f"{v.inputs[0].spec.dtype}")
+def test_other_archs_first_kernels_pass_here(card, arch):
+    other = tc.for_arch(card, arch)
+    seeds = family_for(other).seeds(other)
+    assert seeds[0]["strategy"] != family_for(card).root_params(card)["strategy"]
+    for params in seeds:
+        check(other, params, arch=arch_of(DEV))
 
 
 ODD_CARDS = [

@@ -55,9 +55,12 @@ def run_search(card: OperatorCard, cfg: KforgeConfig, client: WorkerClient, stor
     base = client.call({"cmd": "baseline", "card": card.to_json()})
     card.baselines_us["eager"] = base["eager_us"]
     evaluator = WorkerEvaluator(client, card.arch, cfg.cache_dir)
+    proposers = proposers or make_proposers(cfg)
+    if "gpu" in base:
+        _describe_gpu(proposers, base["gpu"], base["bandwidth_gbps"])
     config = SearchConfig(iterations=iterations, seconds=seconds, margin=cfg.margin, seed=seed, parallel=4,
                           max_tokens=cfg.llm_budget_tokens, max_cost_usd=cfg.llm_budget_usd)
-    mcts = MCTS(card, base["eager_us"], base["floor_us"], proposers or make_proposers(cfg), evaluator, config,
+    mcts = MCTS(card, base["eager_us"], base["floor_us"], proposers, evaluator, config,
                 bandwidth_gbps=base["bandwidth_gbps"], on_progress=on_progress)
     result = mcts.run()
     rec = result.record
@@ -69,6 +72,16 @@ def run_search(card: OperatorCard, cfg: KforgeConfig, client: WorkerClient, stor
     if record is not None:
         store.put(record)
     return SearchOutcome(record, result, time.perf_counter() - t0)
+
+
+def _describe_gpu(proposers: list, gpu: dict, bandwidth_gbps: float | None) -> None:
+    """Tell the proposers that prompt a model (the LLM's) which GPU the search runs on: its arch, SMs and shared
+    memory, not the H200's (Note [templates for the card's architecture] in search/templates/target.py)."""
+    from ..search.llm.prompts import GpuFacts
+
+    for p in proposers:
+        if hasattr(p, "use_gpu"):
+            p.use_gpu(GpuFacts.of_device(gpu, bandwidth_gbps))
 
 
 def _proposer_of(result: SearchResult) -> str:

@@ -7,7 +7,7 @@ worker that dies or overruns is killed and restarted, and the candidate is recor
 The user's process only ever loads kernels that passed here.
 
 Protocol (dicts over a multiprocessing pipe; cubins travel as bytes):
-  {"cmd": "baseline", "card": {...}}                     -> {"eager_us", "bandwidth_gbps", "floor_us"}
+  {"cmd": "baseline", "card": {...}}                     -> {"eager_us", "bandwidth_gbps", "floor_us", "gpu"}
   {"cmd": "evaluate", "card", "candidate", "cubin", "id"} -> Evaluation fields (see _evaluate)
   {"cmd": "remeasure", "card", "candidate", "cubin", "runs"} -> {"times_us": [...]}
   {"cmd": "ping"}                                         -> {"ok": True}
@@ -30,6 +30,17 @@ from ..errors import CandidateFailure
 log = logging.getLogger("kforge")
 
 DEFAULT_TIMEOUT_S = 60.0
+
+
+def gpu_description(device) -> dict[str, Any]:
+    """What the LLM proposer's prompt says of ``device`` (GpuFacts.of_device)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(device)
+    return {"name": props.name, "arch": f"sm_{props.major}{props.minor}", "sm_count": props.multi_processor_count,
+            "smem_per_block_kb": getattr(props, "shared_memory_per_block_optin", 48 * 1024) // 1024,
+            "l2_mb": props.L2_cache_size // 2**20, "regs_per_sm": getattr(props, "regs_per_multiprocessor", 65536),
+            "max_threads_per_sm": props.max_threads_per_multi_processor}
 
 
 class WorkerClient:
@@ -171,7 +182,7 @@ class _WorkerState:
         card = OperatorCard.from_json(req["card"])
         if cmd == "baseline":
             return {"eager_us": self.eager_us(card), "bandwidth_gbps": self.bandwidth,
-                    "floor_us": card.floor_us(self.bandwidth)}
+                    "floor_us": card.floor_us(self.bandwidth), "gpu": gpu_description(self.device)}
         if cmd == "evaluate":
             return self.evaluate(card, req)
         if cmd == "remeasure":

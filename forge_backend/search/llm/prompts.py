@@ -60,6 +60,13 @@ class GpuFacts:
                 f"registers and at most {self.max_threads_per_sm} threads per SM; warp size 32, at most 1024 "
                 f"threads per block; {bw}.")
 
+    @classmethod
+    def of_device(cls, gpu: dict[str, Any], bandwidth_gbps: float | None) -> "GpuFacts":
+        """The facts of the GPU a search runs on: ``gpu`` as the worker's baseline reply describes it
+        (runtime/worker.py, ``gpu_description``)."""
+        return cls(gpu["name"], gpu["arch"], gpu["sm_count"], gpu["smem_per_block_kb"], gpu["l2_mb"],
+                   gpu["regs_per_sm"], gpu["max_threads_per_sm"], bandwidth_gbps)
+
     def stable(self) -> str:
         """The facts that shape an answer, without the measured bandwidth (it varies run to run)."""
         return f"{self.name}|{self.arch}|{self.sm_count}|{self.smem_per_block_kb}|{self.l2_mb}"

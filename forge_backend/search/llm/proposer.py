@@ -197,6 +197,10 @@ class LLMProposer:
         self._key_locks: dict[str, threading.Lock] = {}
         self._stop_reason: str | None = None
 
+    def use_gpu(self, facts: GpuFacts) -> None:
+        """Describe the GPU the search runs on, not the H200 (run_search calls this with the worker's device)."""
+        self.facts = facts
+
     @property
     def stop_reason(self) -> str | None:
         """Why propose() returned None (the budget), or None while it is still proposing."""

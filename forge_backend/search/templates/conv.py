@@ -43,12 +43,13 @@ from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
-from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, SMEM_LIMIT, SMS, STATIC_SMEM_LIMIT, align_of, cdiv, consts,
+from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, SMS, STATIC_SMEM_LIMIT, align_of, cdiv, consts,
                      filter_actions, flag_knob, input_spec, launch, make_candidate, output_spec, scale_knob, typedefs)
 from . import conv_bands
 from .conv_flat import FLAT_KERNEL, FLAT_PIECES, FLAT_PIPE_KERNEL
 from .conv_shared import STORE16, blocks_per_sm, contiguous_output, weights_bytes
 from .conv_shared import channels_fast as _channels_fast, conv_params as _conv_params, dims as _dims
+from .target import smem_limit
 
 OP = "aten.convolution.default"
 MAX_K = 32
@@ -165,7 +166,7 @@ def _flat_ok(card: OperatorCard, p: dict[str, Any]) -> bool:
     if p.get("pipe") not in (None, True) or ("ld" in p) == bool(p.get("pipe")) or \
             p.get("ld", 4) not in (4, 8, 16):
         return False
-    return _flat_smem(card, p) <= SMEM_LIMIT and _flat_loads(card, p) <= MAX_FLAT_LOADS and n * (c // g) < 2**31
+    return _flat_smem(card, p) <= smem_limit(card) and _flat_loads(card, p) <= MAX_FLAT_LOADS and n * (c // g) < 2**31
 
 
 def _smem_bytes(p: dict[str, Any], k: int) -> int:

@@ -8,9 +8,10 @@ from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
-from .common import (ITEMSIZE, PREAMBLE, SMEM_LIMIT, align_of, cdiv, consts, flag_knob, input_spec, launch,
+from .common import (ITEMSIZE, PREAMBLE, align_of, cdiv, consts, flag_knob, input_spec, launch,
                      make_candidate, output_spec, scale_knob, typedefs)
 from .conv_shared import STORE16, blocks_per_sm, channels_fast, contiguous_output, conv_params, dims, weights_bytes
+from .target import smem_limit
 
 # Note [channel rows over a band of positions]
 # ``flat`` (Note [a block's channel rows as one flat run]) reads one 32-byte sector of each input position's 128-byte
@@ -179,7 +180,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         return False
     if p.get("join") not in (None, True) or (p.get("join") and dims(card)[3] < vec):
         return False  # Note [a row's first vector whole]: a row's first vector must not reach its end
-    return smem_bytes(card, p) <= SMEM_LIMIT and c // g < 2**31 and \
+    return smem_bytes(card, p) <= smem_limit(card) and c // g < 2**31 and \
         (bands(card, p) if not p.get("bfirst") else c // g) <= 65535 and n <= 65535
 
 

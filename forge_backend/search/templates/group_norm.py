@@ -49,7 +49,7 @@ from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import Candidate
-from .common import (FLOAT_DTYPES, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, SMEM_LIMIT, SMS, TMA_HELPERS, align_of,
+from .common import (FLOAT_DTYPES, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, SMS, TMA_HELPERS, align_of,
                      best_vec, card_tensors, cdiv, chunk_of, clamp, cluster_combine, consts, eps_arg, filter_actions,
                      flag_knob, flat_contiguous, input_spec, kept_ok, knob, launch, main_input, main_itemsize,
                      make_candidate, output_spec, param_ok, plan_params, pow2_ceil, same_layout, scale_knob, tma_ok,
@@ -57,6 +57,7 @@ from .common import (FLOAT_DTYPES, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, 
 from . import gn_lag, gn_shared
 from .relay import (RELAY_HELPERS, relay_actions, relay_consts, relay_defaults, relay_kernel, relay_launch,
                     relay_scratch, relay_valid, relay_writers)
+from .target import layout_ok, smem_limit
 
 OPS = ("aten.native_group_norm.default",)
 STRATEGIES = ("sync", "split", "cluster", "pipe", "relay", "lag")
@@ -269,10 +270,12 @@ def _sync_k(card: OperatorCard, p: dict[str, Any]) -> int:
 
 def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     s, vec, block = p.get("strategy"), p.get("vec", 0), p.get("block", 0)
+    if not layout_ok(card, p):
+        return False  # Note [templates for the card's architecture] in target.py
     if s == "relay":  # Note [rows relayed through global memory] in relay.py: groups as rows, of >= 256 KB
         gs, isz, ng = card.sizes["group_size"], main_itemsize(card), card.sizes["N"] * card.sizes["G"]
         return (isinstance(vec, int) and vec_ok(vec, gcd(card.sizes["HxW"], gs), card_tensors(card))
-                and gs * isz >= 256 * 1024 and relay_valid(p, ng, gs, isz, vbytes=16))
+                and gs * isz >= 256 * 1024 and relay_valid(p, ng, gs, isz, vbytes=16, smem=smem_limit(card)))
     if s == "lag":
         return gn_lag.valid(card, p)
     if s not in STRATEGIES or block % 32 or not 32 <= block <= 1024:
@@ -298,23 +301,23 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
             return False  # every block of the cluster holds part of the group, and most threads hold some of it
         per_thread = cdiv(ch, block * vec) * vec * isz
         in_regs = per_thread <= REG_CACHE_THREAD and per_thread * block <= REG_CACHE_BLOCK
-        in_smem = per_thread * block <= SMEM_LIMIT - _SYNC_STATIC_SMEM
+        in_smem = per_thread * block <= smem_limit(card) - _SYNC_STATIC_SMEM
         if s == "pipe":  # the current chunk in shared memory, the next one in registers
             return 1 <= p.get("clusters", 0) <= ng and gs * isz >= 256 * 1024 and in_regs and in_smem
         if "keep" in p:  # Note [a chunk kept in part] in softmax.py
-            return kept_ok(p, cdiv(ch, block * vec), isz, SMEM_LIMIT - _SYNC_STATIC_SMEM)
+            return kept_ok(p, cdiv(ch, block * vec), isz, smem_limit(card) - _SYNC_STATIC_SMEM)
         return {"reg": in_regs, "smem": in_smem}.get(p.get("cache"), False)
     bpt, cache = p.get("bpt", 0), p.get("cache", "reg")
     if bpt not in (16, 32, 64, 128, 256, 512, 1024) or bpt % (vec * isz) or cache not in ("reg", "smem", "none"):
         return False
     if cache == "reg" and (bpt > REG_CACHE_THREAD or bpt * block > REG_CACHE_BLOCK):
         return False
-    if cache == "smem" and bpt * block > SMEM_LIMIT - _SYNC_STATIC_SMEM:
+    if cache == "smem" and bpt * block > smem_limit(card) - _SYNC_STATIC_SMEM:
         return False
     regs = 40 + (bpt // 4 if cache == "reg" else 0)  # rough estimate of registers per thread
     per_sm = min(2048 // block, 65536 // (block * regs))
     if cache == "smem":  # Note [ticket barrier progress]: the estimate must not count blocks that cannot be resident
-        per_sm = min(per_sm, (SMEM_LIMIT + 1024) // (bpt * block + _SYNC_STATIC_SMEM))
+        per_sm = min(per_sm, (smem_limit(card) + 1024) // (bpt * block + _SYNC_STATIC_SMEM))
     resident = SMS * max(1, per_sm)
     return _sync_k(card, p) <= resident // 2 and ng * _sync_k(card, p) < 2**31
 

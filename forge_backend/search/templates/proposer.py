@@ -22,6 +22,7 @@ from ...cards import OperatorCard
 from ..proposer import ParentView, Proposal
 from . import family_for, family_name
 from .common import freeze
+from .target import target_of
 
 
 class TemplateProposer:
@@ -33,7 +34,7 @@ class TemplateProposer:
     def options(self, card: OperatorCard, parent: ParentView) -> list[tuple[str, dict[str, Any]]]:
         """Every (action, params) this proposer could still offer below ``parent``, in preference order."""
         fam = family_for(card)
-        if fam is None:
+        if fam is None or not target_of(card).served:  # Note [templates for the card's architecture] in target.py
             return []
         if parent.candidate is None:
             opts = _root_options(card, fam, {f.get("action") for f in parent.failed_children})

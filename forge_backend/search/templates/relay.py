@@ -180,9 +180,11 @@ def relay_smem(p: dict[str, Any], isz: int, vbytes: int = 8) -> int:
     return _head(p, vbytes) + p["k"] * p["pe"] * isz
 
 
-def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int = 8) -> bool:
+def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int = 8,
+                smem: int = SMEM_LIMIT) -> bool:
     """Only the relay's knobs, in range; 16-byte packs, rows of a multiple of 16 bytes, whole packs per lane of every
-    warp, the slots within shared memory, a lag that leaves loads in flight and covers a block's other pieces of the
+    warp, the slots within ``smem`` bytes of shared memory (the cap of the card's architecture: Note [templates for the
+    card's architecture] in target.py), a lag that leaves loads in flight and covers a block's other pieces of the
     same row (Note [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads
     them all)."""
     if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", *RELAY_KEYS}:
@@ -208,7 +210,7 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
         return False  # Note [pieces held in the writers' registers] in relay_held.py
     progress = (held_progress_ok(ppr, SMS, k, regs, nc) if regs else writers_progress_ok(ppr, SMS, k, nc)) if own \
         else progress_ok(ppr, SMS, k, lag, nc)
-    return relay_smem(p, isz, vbytes) <= SMEM_LIMIT - 1024 and ppr <= 1024 and progress and rows * ppr < 2**40
+    return relay_smem(p, isz, vbytes) <= smem - 1024 and ppr <= 1024 and progress and rows * ppr < 2**40
 
 
 def progress_ok(ppr: int, blocks: int, k: int, lag: int, nc: int) -> bool:

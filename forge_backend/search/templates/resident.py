@@ -67,8 +67,8 @@ def block_packs(rows: int, cols: int, isz: int) -> int:
     return cdiv(rows * cols * isz // 16, SMS)
 
 
-def _smem_packs_max() -> int:
-    return (SMEM_LIMIT - _STATIC_SMEM) // 16
+def _smem_packs_max(smem: int = SMEM_LIMIT) -> int:
+    return (smem - _STATIC_SMEM) // 16
 
 
 def compute_threads(p: dict[str, Any]) -> int:
@@ -81,7 +81,7 @@ def smem_packs(p: dict[str, Any], rows: int, cols: int, isz: int) -> int:
     return max(0, block_packs(rows, cols, isz) - p["rpt"] * compute_threads(p))
 
 
-def resident_valid(p: dict[str, Any], rows: int, cols: int, isz: int) -> bool:
+def resident_valid(p: dict[str, Any], rows: int, cols: int, isz: int, smem: int = SMEM_LIMIT) -> bool:
     """Only the strategy's knobs, in range: 16-byte packs, rows of whole packs, a block's packs within two rows
     (EP <= a row's packs), the shared part within shared memory in at most 64 copies, at most 4 packs a thread in
     registers (16 of its 64 registers at 1024 threads); optionally 1-64 copies in flight (``depth``) and a loader
@@ -96,7 +96,7 @@ def resident_valid(p: dict[str, Any], rows: int, cols: int, isz: int) -> bool:
     if not 1 <= depth <= 64:
         return False
     ep, sp = block_packs(rows, cols, isz), smem_packs(p, rows, cols, isz)
-    return ep <= cols // vec and sp <= _smem_packs_max() and cdiv(sp, ch) <= 64 and rows * cols < 2**40
+    return ep <= cols // vec and sp <= _smem_packs_max(smem) and cdiv(sp, ch) <= 64 and rows * cols < 2**40
 
 
 def resident_actions(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

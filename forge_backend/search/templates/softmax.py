@@ -63,7 +63,7 @@ from typing import Any
 from ...cards import OperatorCard
 from ...contract import Candidate
 from ...expression import SOFTMAX_OP, Const, parse, result_dtype
-from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMEM_LIMIT, SMS,
+from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMS,
                      TMA_HELPERS, align_of, best_vec, cdiv, chunk_of, clamp, cluster_combine, consts, filter_actions,
                      flag_knob, kept_ok, knob, launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill,
                      row_loop, row_of_source, row_order, rows_aligned, scale_knob, tma_ok, typedefs, vec_ok, walk_head)
@@ -72,6 +72,7 @@ from .relay import (RELAY_HELPERS, relay_actions, relay_consts, relay_defaults, 
                     relay_scratch, relay_valid)
 from .resident import (resident_actions, resident_consts, resident_defaults, resident_kernel, resident_launch,
                        resident_scratch, resident_valid)
+from .target import layout_ok, smem_limit
 
 OPS = ("aten._softmax.default", "aten._log_softmax.default")
 STRATEGIES = ("group", "block", "cluster", "split", "pipe", "relay", "resident")
@@ -258,17 +259,19 @@ def _packs(card: OperatorCard, p: dict[str, Any]) -> int:
 def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     rows, cols, isz = _dims(card)
     s, vec, block = p.get("strategy"), p.get("vec", 0), p.get("block", 0)
+    if not layout_ok(card, p):
+        return False  # Note [templates for the card's architecture] in target.py
     if "once" in p and not (p["once"] is True and s == "relay" and _once_ok(card)):
         return False  # Note [a prologue evaluated once, into its slot]
     if "halves" in p and not (p["halves"] is True and s == "relay" and "regs" not in p and _wide_out(card, vec)):
         return False  # Note [stores of whole sectors]
     if s == "resident":  # Note [a tensor held on chip whole]: the relay's layout, a fused prologue evaluated once
         return _relay_layout_ok(card, vec) and (not _fused(card) or _once_ok(card)) and \
-            resident_valid(p, rows, cols, _relay_isz(card))
+            resident_valid(p, rows, cols, _relay_isz(card), smem_limit(card))
     if s == "relay":  # Note [rows relayed through global memory]: rows of >= 64 KB of the input as it is in memory
         risz = _relay_isz(card)
         return cols * risz >= 64 * 1024 and _relay_layout_ok(card, vec) and \
-            relay_valid(_relay_knobs(p), rows, cols, risz)
+            relay_valid(_relay_knobs(p), rows, cols, risz, smem=smem_limit(card))
     if s not in STRATEGIES or not _vec_ok(card, vec) or block % 32 or not 32 <= block <= 1024:
         return False
     if "order" in p and not (p["order"] == "bcast" and s in ("group", "block") and _order(card) is not None):
@@ -284,7 +287,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         nit = cdiv(cols, block * vec)
         if block > max(64, pow2_ceil(cdiv(cols, vec))):
             return False  # most threads would hold nothing
-        return {"reg": _reg_fits(nit, vec, isz, block), "smem": _smem_cache_bytes(cols, block, vec, isz) <= SMEM_LIMIT,
+        return {"reg": _reg_fits(nit, vec, isz, block), "smem": _smem_cache_bytes(cols, block, vec, isz) <= smem_limit(card),
                 "none": True}.get(p.get("cache"), False)
     if s in ("cluster", "split", "pipe") and not isinstance(p.get("stream", False), bool):
         return False
@@ -299,7 +302,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
             return False  # every block holds part of the row, most threads some of it
         nit = cdiv(chunk, block * vec)
         return _reg_fits(nit, vec, isz, block) and \
-            _smem_cache_bytes(chunk, block, vec, isz) <= SMEM_LIMIT - _CLUSTER_STATIC_SMEM
+            _smem_cache_bytes(chunk, block, vec, isz) <= smem_limit(card) - _CLUSTER_STATIC_SMEM
     if s == "cluster":
         cs, cache = p.get("cs"), p.get("cache", "reg")
         if cs not in (2, 4, 8, 16) or rows * cs > 2**31 - 1 or cols < cs * vec or cache not in ("reg", "smem", "none"):
@@ -308,9 +311,9 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         if block > max(128, pow2_ceil(cdiv(chunk, vec))):
             return False
         if "keep" in p:  # Note [a chunk kept in part]
-            return kept_ok(p, _packs(card, p), isz, SMEM_LIMIT - _CLUSTER_STATIC_SMEM)
+            return kept_ok(p, _packs(card, p), isz, smem_limit(card) - _CLUSTER_STATIC_SMEM)
         if cache == "smem":
-            return _smem_cache_bytes(chunk, block, vec, isz) <= SMEM_LIMIT - _CLUSTER_STATIC_SMEM
+            return _smem_cache_bytes(chunk, block, vec, isz) <= smem_limit(card) - _CLUSTER_STATIC_SMEM
         return cache == "none" or _reg_fits(cdiv(chunk, block * vec), vec, isz, block)
     splits = p.get("splits", 0)
     return 2 <= splits <= cols // max(vec, 1) and rows * splits <= 2**31 - 1 and isinstance(p.get("reverse"), bool)

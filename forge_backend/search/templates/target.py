@@ -1,0 +1,88 @@
+"""What the card's GPU architecture lets a template use.
+
+Note [templates for the card's architecture]
+The templates were written and timed on the H200 (sm_90), but a card's key holds its GPU architecture, and kforge
+doctor says kernels need sm_80 or newer. Compiled on the CPU with NVRTC 13.0 (forty-second session), the 335
+candidates of tests/test_templates.py's cards (their roots, seeds and sampled actions) all compile for sm_90, sm_100
+and sm_120; for sm_80, sm_86 and sm_89, 59 did not, every one a ``cluster``, ``pipe``, ``relay`` or ``resident``
+layout (``__cluster_dims__``, bulk copies, mbarriers with transaction counts, ``fence.proxy.async``); for sm_75, 102
+did not, also the paired bf16/fp16 conversions and mbarriers of the everyday layouts. And a block's shared memory
+is capped per architecture, so the relay's 200 KB of slots that fit the H200 fail to launch where the cap is 99 KB.
+Before this, the big softmaxes' and group norms' roots on an sm_8x card were relay or cluster layouts: the search's
+first candidates there failed to compile, and with a compile's 8 iterations their neighbours failed too.
+
+So a family's ``valid`` asks ``layout_ok`` first:
+
+* templates serve sm_80 and newer (``Target.served``; TemplateProposer offers nothing below it, and the op stays with
+  PyTorch or the LLM proposer);
+* the strategies and knobs in ``SM90_STRATEGIES`` / ``SM90_KNOBS`` need sm_90 or newer;
+* a cluster of ``cs`` blocks stays within ``Target.max_cluster`` (16, a non-portable size, where sm_90 and sm_100
+  allow it; 8, the portable size, elsewhere);
+
+and each family checks a block's shared memory against ``smem_limit(card)`` (the opt-in maximum per block of the
+CUDA Programming Guide's table; 99 KB for an architecture the table here lacks) where it checked the H200's 227 KB.
+On an sm_90 card every layout stays valid and every generated source is the same, byte for byte.
+
+Not covered: the SM count. Grids are sized for the H200's 132 SMs (``common.SMS``), a guess elsewhere that costs
+only speed, except in the cooperative layouts (``relay``, ``resident``), whose 132 blocks must be resident at once:
+on a GPU with fewer SMs their launch fails (a failed candidate, never a hang) and the search takes the next seed.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ...cards import OperatorCard
+
+REFERENCE_SM = 90  # the H200's; a card whose arch is not ``sm_<n>`` (CPU tests: ``cpu``) is served as this
+SM90_STRATEGIES = frozenset({"cluster", "pipe", "relay", "resident"})  # clusters, bulk copies, tx-count mbarriers
+SM90_KNOBS = frozenset({"tma"})  # Note [a chunk fetched by the copy engine] in common.py: a bulk copy
+_SMEM_OPTIN_KB = {80: 163, 86: 99, 87: 163, 89: 99, 90: 227, 100: 227, 103: 227, 120: 99, 121: 99}
+_SMEM_UNKNOWN_KB = 99  # the smallest cap of the table, for an architecture it lacks
+_CLUSTER_16 = frozenset({90, 100, 103})  # non-portable cluster size 16
+
+
+@dataclass(frozen=True)
+class Target:
+    """A GPU architecture, as ``major * 10 + minor`` (90 for sm_90)."""
+    sm: int
+
+    @property
+    def served(self) -> bool:
+        return self.sm >= 80
+
+    @property
+    def sm90_features(self) -> bool:
+        """Thread-block clusters, bulk copies and mbarriers with transaction counts."""
+        return self.sm >= 90
+
+    @property
+    def smem_limit(self) -> int:
+        """Bytes of shared memory one block may ask for (dynamic, opted in above 48 KB)."""
+        return _SMEM_OPTIN_KB.get(self.sm, _SMEM_UNKNOWN_KB) * 1024
+
+    @property
+    def max_cluster(self) -> int:
+        return 16 if self.sm in _CLUSTER_16 else 8 if self.sm90_features else 1
+
+
+def target_of(card: OperatorCard) -> Target:
+    m = re.fullmatch(r"sm_(\d+)[a-z]?", card.arch)
+    return Target(int(m.group(1)) if m else REFERENCE_SM)
+
+
+def smem_limit(card: OperatorCard) -> int:
+    return target_of(card).smem_limit
+
+
+def layout_ok(card: OperatorCard, p: dict[str, Any]) -> bool:
+    """The architecture of ``card`` can run layout ``p`` (Note [templates for the card's architecture]); its shared
+    memory is the family's own check."""
+    t = target_of(card)
+    if not t.served:
+        return False
+    if not t.sm90_features and (p.get("strategy") in SM90_STRATEGIES or SM90_KNOBS & p.keys()):
+        return False
+    return p.get("strategy") not in ("cluster", "pipe") or not isinstance(p.get("cs"), int) or \
+        p["cs"] <= t.max_cluster
