@@ -30,8 +30,16 @@ def _gpu() -> Check:
     if not torch.cuda.is_available():
         return Check("GPU", False, "no CUDA GPU visible: kforge captures graphs and leaves every op to PyTorch; "
                                    "kernels need an NVIDIA GPU (sm_80 or newer)", warn=True)
+    from .search.templates.target import Target
+
     major, minor = torch.cuda.get_device_capability()
-    return Check("GPU", True, f"{torch.cuda.get_device_name()} (sm_{major}{minor}), torch CUDA {torch.version.cuda}")
+    gpu, t = f"{torch.cuda.get_device_name()} (sm_{major}{minor})", Target(major * 10 + minor)
+    if not t.served:  # Note [templates for the card's architecture] in search/templates/target.py
+        return Check("GPU", False, f"{gpu}: kforge's kernel templates need sm_80 or newer, so every op stays with "
+                                   "PyTorch here (an LLM proposer may still try)", warn=True)
+    layouts = "every template layout" if t.sm90_features else "the templates without sm_90's cluster and relay layouts"
+    return Check("GPU", True, f"{gpu}, torch CUDA {torch.version.cuda}: {layouts}, blocks of up to "
+                              f"{t.smem_limit // 1024} KB of shared memory")
 
 
 def _nvrtc() -> Check:

@@ -27,6 +27,23 @@ def test_doctor_reports_each_piece():
         assert name in out.output
 
 
+@pytest.mark.parametrize("cap,expect", [((9, 0), "every template layout, blocks of up to 227 KB"),
+                                        ((8, 6), "without sm_90's cluster and relay layouts, blocks of up to 99 KB"),
+                                        ((7, 5), "need sm_80 or newer, so every op stays with PyTorch")])
+def test_doctor_says_what_the_templates_do_on_this_gpu(monkeypatch, cap, expect):
+    """Note [templates for the card's architecture] (search/templates/target.py), on a GPU faked for the CPU."""
+    import torch
+
+    from forge_backend import doctor
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: cap)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "some GPU")
+    check = doctor._gpu()
+    assert f"some GPU (sm_{cap[0]}{cap[1]})" in check.detail and expect in check.detail
+    assert check.ok == (cap >= (8, 0)) and check.warn == (cap < (8, 0))
+
+
 def test_cards_prints_every_signature(tmp_path):
     out = runner.invoke(app, ["cards", QUICKSTART, "--json", str(tmp_path / "cards.json")])
     assert out.exit_code == 0, out.output

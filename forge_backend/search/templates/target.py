@@ -2,14 +2,15 @@
 
 Note [templates for the card's architecture]
 The templates were written and timed on the H200 (sm_90), but a card's key holds its GPU architecture, and kforge
-doctor says kernels need sm_80 or newer. Compiled on the CPU with NVRTC 13.0 (forty-second session), the 335
+doctor says kernels need sm_80 or newer. Compiled on the CPU with NVRTC 13.5 (forty-second session), the 335
 candidates of tests/test_templates.py's cards (their roots, seeds and sampled actions) all compile for sm_90, sm_100
 and sm_120; for sm_80, sm_86 and sm_89, 59 did not, every one a ``cluster``, ``pipe``, ``relay`` or ``resident``
 layout (``__cluster_dims__``, bulk copies, mbarriers with transaction counts, ``fence.proxy.async``); for sm_75, 102
 did not, also the paired bf16/fp16 conversions and mbarriers of the everyday layouts. And a block's shared memory
 is capped per architecture, so the relay's 200 KB of slots that fit the H200 fail to launch where the cap is 99 KB.
-Before this, the big softmaxes' and group norms' roots on an sm_8x card were relay or cluster layouts: the search's
-first candidates there failed to compile, and with a compile's 8 iterations their neighbours failed too.
+Before this, an sm_8x card of the long rows got the H200's seeds: at the softmax [64, 262144] bf16 four of seven
+(the relay root, two clusters, the pipe) could not compile for sm_80, and the proposer then offers the failed seeds'
+neighbours, layouts of the same strategies, so a compile's 8 iterations went mostly to compile failures.
 
 So a family's ``valid`` asks ``layout_ok`` first:
 
@@ -21,7 +22,13 @@ So a family's ``valid`` asks ``layout_ok`` first:
 
 and each family checks a block's shared memory against ``smem_limit(card)`` (the opt-in maximum per block of the
 CUDA Programming Guide's table; 99 KB for an architecture the table here lacks) where it checked the H200's 227 KB.
-On an sm_90 card every layout stays valid and every generated source is the same, byte for byte.
+On an sm_90 card every layout stays valid and every generated source is the same, byte for byte (the 2,066 sources of
+every probe case's seeds and their actions hash as before). On the H200 (results/h200/gpu_tests_session42_full.log,
+test_templates_gpu.py's test_other_archs_first_kernels_pass_here) the seeds an sm_80 and an sm_120 card get at the 17
+anchor shapes whose H200 root needs sm_90 pass the verifier, compiled for the H200: no other GPU ran them. The LLM
+proposer's prompt described the H200 whatever the GPU; the worker's baseline reply now describes its own device
+(runtime/worker.py, gpu_description: name, arch, SMs, opt-in shared memory, L2), which run_search hands to the
+proposers that prompt a model, and on the H200 it reports the 227 KB of the table here.
 
 Not covered: the SM count. Grids are sized for the H200's 132 SMs (``common.SMS``), a guess elsewhere that costs
 only speed, except in the cooperative layouts (``relay``, ``resident``), whose 132 blocks must be resident at once:
