@@ -115,7 +115,7 @@ def plan(cards: list[OperatorCard], eager_us: dict[str, float], cfg: KforgeConfi
          shipped=None) -> list[PlanItem]:
     """Each card's share of the profiled time and what run() does with it; ``shipped`` (a ShippedStore or None) is
     the tier of Note [a shipped record in a prewarm]."""
-    from .runtime.search_runner import has_template
+    from .runtime.search_runner import template_gap
 
     total = sum(eager_us[c.key] * c.occurrences for c in cards) or 1.0
     items = []
@@ -130,8 +130,8 @@ def plan(cards: list[OperatorCard], eager_us: dict[str, float], cfg: KforgeConfi
             status = "shipped"
         elif share < cfg.min_share:
             status = f"skipped: {share:.2%} of the time is under min_share {cfg.min_share:.2%}"
-        elif cfg.proposer == "templates" and not has_template(c):
-            status = "skipped: no template family covers this op"
+        elif cfg.proposer == "templates" and template_gap(c) is not None:
+            status = f"skipped: {template_gap(c)}"
         else:
             status = "search"
         items.append(PlanItem(c, eager_us[c.key], share, status, found if status == "shipped" else None))

@@ -322,3 +322,15 @@ def test_prewarm_plan_prefers_the_local_cache_and_force_ignores_shipped():
     assert plan([card], {card.key: 1.0}, cfg, FakeStore([card.key]), shipped=tier)[0].status == "cached"
     assert plan([card], {card.key: 1.0}, cfg, FakeStore([]), shipped=tier, force=True)[0].status == "search"
     assert plan([card], {card.key: 1.0}, cfg, FakeStore([]), shipped=None)[0].status == "search"
+
+
+def test_prewarm_plan_skips_cards_the_templates_cannot_serve():
+    """Note [templates for the card's architecture] (search/templates/target.py): an sm_75 card is planned as
+    skipped with the reason, not searched to no candidate; an sm_80 card is searched."""
+    import template_cards as tc
+
+    cfg = KforgeConfig.load({}, env={})
+    turing, ampere = tc.for_arch(tc.softmax((64, 1000)), "sm_75"), tc.for_arch(tc.softmax((64, 1000)), "sm_80")
+    items = {i.card.arch: i.status for i in plan([turing, ampere], {turing.key: 1.0, ampere.key: 1.0}, cfg,
+                                                 FakeStore([]))}
+    assert items == {"sm_75": "skipped: the templates need sm_80 or newer, not sm_75", "sm_80": "search"}

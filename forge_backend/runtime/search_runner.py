@@ -33,10 +33,20 @@ def make_proposers(cfg: KforgeConfig) -> list:
     return proposers
 
 
-def has_template(card: OperatorCard) -> bool:
+def template_gap(card: OperatorCard) -> str | None:
+    """Why the template proposer has nothing for ``card``, or None when it has."""
     from ..search.templates import family_for
+    from ..search.templates.target import target_of
 
-    return family_for(card) is not None
+    if family_for(card) is None:
+        return "no template family covers this op"
+    if not target_of(card).served:  # Note [templates for the card's architecture] in search/templates/target.py
+        return f"the templates need sm_80 or newer, not {card.arch}"
+    return None
+
+
+def has_template(card: OperatorCard) -> bool:
+    return template_gap(card) is None
 
 
 @dataclass
