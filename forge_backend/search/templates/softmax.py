@@ -287,7 +287,8 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         nit = cdiv(cols, block * vec)
         if block > max(64, pow2_ceil(cdiv(cols, vec))):
             return False  # most threads would hold nothing
-        return {"reg": _reg_fits(nit, vec, isz, block), "smem": _smem_cache_bytes(cols, block, vec, isz) <= smem_limit(card),
+        return {"reg": _reg_fits(nit, vec, isz, block),
+                "smem": _smem_cache_bytes(cols, block, vec, isz) <= smem_limit(card),
                 "none": True}.get(p.get("cache"), False)
     if s in ("cluster", "split", "pipe") and not isinstance(p.get("stream", False), bool):
         return False
