@@ -130,8 +130,8 @@ def plan(cards: list[OperatorCard], eager_us: dict[str, float], cfg: KforgeConfi
             status = "shipped"
         elif share < cfg.min_share:
             status = f"skipped: {share:.2%} of the time is under min_share {cfg.min_share:.2%}"
-        elif cfg.proposer == "templates" and template_gap(c) is not None:
-            status = f"skipped: {template_gap(c)}"
+        elif cfg.proposer == "templates" and (gap := template_gap(c)) is not None:
+            status = f"skipped: {gap}"
         else:
             status = "search"
         items.append(PlanItem(c, eager_us[c.key], share, status, found if status == "shipped" else None))

@@ -89,9 +89,10 @@ def _describe_gpu(proposers: list, gpu: dict, bandwidth_gbps: float | None) -> N
     memory, not the H200's (Note [templates for the card's architecture] in search/templates/target.py)."""
     from ..search.llm.prompts import GpuFacts
 
+    facts = GpuFacts.of_device(gpu, bandwidth_gbps)
     for p in proposers:
         if hasattr(p, "use_gpu"):
-            p.use_gpu(GpuFacts.of_device(gpu, bandwidth_gbps))
+            p.use_gpu(facts)
 
 
 def _proposer_of(result: SearchResult) -> str:

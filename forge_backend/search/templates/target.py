@@ -12,16 +12,17 @@ Before this, an sm_8x card of the long rows got the H200's seeds: at the softmax
 (the relay root, two clusters, the pipe) could not compile for sm_80, and the proposer then offers the failed seeds'
 neighbours, layouts of the same strategies, so a compile's 8 iterations went mostly to compile failures.
 
-So a family's ``valid`` asks ``layout_ok`` first:
+So templates serve sm_80 and newer (``Target.served``: TemplateProposer offers nothing below it, the search runner
+and prewarm do not start a template search there, and the op stays with PyTorch or the LLM proposer); the families
+with sm_90 layouts (softmax, group_norm) ask ``layout_ok`` first in ``valid``:
 
-* templates serve sm_80 and newer (``Target.served``; TemplateProposer offers nothing below it, and the op stays with
-  PyTorch or the LLM proposer);
 * the strategies and knobs in ``SM90_STRATEGIES`` / ``SM90_KNOBS`` need sm_90 or newer;
 * a cluster of ``cs`` blocks stays within ``Target.max_cluster`` (16, a non-portable size, where sm_90 and sm_100
   allow it; 8, the portable size, elsewhere);
 
-and each family checks a block's shared memory against ``smem_limit(card)`` (the opt-in maximum per block of the
-CUDA Programming Guide's table; 99 KB for an architecture the table here lacks) where it checked the H200's 227 KB.
+and each family that asks for dynamic shared memory checks a block's against ``smem_limit(card)`` (the opt-in
+maximum per block of the CUDA Programming Guide's table; 99 KB for an architecture the table here lacks) where it
+checked the H200's 227 KB.
 On an sm_90 card every layout stays valid and every generated source is the same, byte for byte (the 2,066 sources of
 every probe case's seeds and their actions hash as before). On the H200 (results/h200/gpu_tests_session42_full.log,
 test_templates_gpu.py's test_other_archs_first_kernels_pass_here) the seeds an sm_80 and an sm_120 card get at the 17
@@ -36,6 +37,7 @@ on a GPU with fewer SMs their launch fails (a failed candidate, never a hang) an
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -75,7 +77,12 @@ class Target:
 
 
 def target_of(card: OperatorCard) -> Target:
-    m = re.fullmatch(r"sm_(\d+)[a-z]?", card.arch)
+    return _target(card.arch)
+
+
+@functools.lru_cache(maxsize=None)
+def _target(arch: str) -> Target:
+    m = re.fullmatch(r"sm_(\d+)[a-z]?", arch)
     return Target(int(m.group(1)) if m else REFERENCE_SM)
 
 
