@@ -98,8 +98,7 @@ class Scratch:
 
 
 def simulate(rows: int, ppr: int, blocks: int, k: int, lag: int | None, nc: int, seed: int, launches: int = 1,
-             advance: bool = True, ramp: int | None = None, regs: int = 0, count_first: bool = False,
-             lag0: int | None = None, **held) -> str:
+             advance: bool = True, ramp: int | None = None, regs: int = 0, count_first: bool = False, **held) -> str:
     """Run ``launches`` launches one after another (stream order) on one kept scratch: ``done``, ``deadlock``,
     ``misread``, ``stale`` (a resolver took a word of an earlier launch) or ``race``. ``advance=False`` is a kernel
     whose epoch never moves. ``lag=None``: writer warps of their own (Note [writers of their own]); ``regs``: holding
@@ -107,22 +106,20 @@ def simulate(rows: int, ppr: int, blocks: int, k: int, lag: int | None, nc: int,
     ``ramp``: the loader issues its first K copies RAMP at a time, each once the copy RAMP before it has landed (Note
     [the first copies a few at a time]); without it they have all landed before any warp starts. ``count_first``: the
     resolvers count themselves in before the block's barrier, not after it (a kernel that would break Note [the
-    publisher left out of the epoch's count]). ``lag0``: the joint consumers' first lag (Note [a short lag at the
-    head])."""
+    publisher left out of the epoch's count])."""
     scratch = Scratch({g: (0, -1) for g in range(rows * ppr)})
     for launch in range(launches):
         blocks_ = [Block(b, (rows * ppr - 1 - b) // blocks + 1 if b < rows * ppr else 0, k, regs, **held)
                    for b in range(blocks)]
         result = _one_launch(blocks_, ppr, lag, nc, random.Random(seed * 1000 + launch), scratch, launch, advance,
-                             ramp, count_first, lag0)
+                             ramp, count_first)
         if result != "done":
             return result
     return "done"
 
 
 def _one_launch(blks: list[Block], ppr: int, lag: int | None, nc: int, rng: random.Random, scratch: Scratch,
-                launch: int, advance: bool, ramp: int | None = None, count_first: bool = False,
-                lag0: int | None = None) -> str:
+                launch: int, advance: bool, ramp: int | None = None, count_first: bool = False) -> str:
     agents = []
     users = len(blks) * nc  # the grid's resolvers: each reads the epoch once and counts itself in
     for blk in blks:
@@ -130,7 +127,7 @@ def _one_launch(blks: list[Block], ppr: int, lag: int | None, nc: int, rng: rand
             blk.slot[t % blk.k] = t
             blk.bar("full", t).arrive()
         agents += [start(blk, scratch), loader(blk, ramp), publisher(blk, len(blks), scratch, launch)]
-        agents += [consumers(blk, lag, lag0)] if lag is not None else [reducers(blk), writers(blk)]
+        agents += [consumers(blk, lag)] if lag is not None else [reducers(blk), writers(blk)]
         agents += [resolver(blk, c, nc, len(blks), ppr, scratch, launch, users, advance, count_first)
                    for c in range(nc)]
     live = [iter(a) for a in agents]
@@ -226,24 +223,12 @@ def write_step(blk: Block, u: int):
     yield True
 
 
-def consumers(blk: Block, lag: int, lag0: int | None = None):
-    """The joint consumers: reduce each piece, and write piece u once piece u + lag is reduced; with ``lag0`` (Note [a
-    short lag at the head] in relay.py) once piece u + min(lag, lag0 + u) is, the kernel's loop as it is written."""
-    if lag0 is None:
-        for t in range(blk.pieces + lag):
-            if t < blk.pieces:
-                yield from reduce_step(blk, t)
-            if t >= lag:
-                yield from write_step(blk, t - lag)
-        return
-    w = 0
-    for t in range(blk.pieces):
-        yield from reduce_step(blk, t)
-        if t - w >= min(lag, lag0 + w):
-            yield from write_step(blk, w)
-            w += 1
-    for u in range(w, blk.pieces):
-        yield from write_step(blk, u)
+def consumers(blk: Block, lag: int):
+    for t in range(blk.pieces + lag):
+        if t < blk.pieces:
+            yield from reduce_step(blk, t)
+        if t >= lag:
+            yield from write_step(blk, t - lag)
 
 
 def reducers(blk: Block):
@@ -402,30 +387,6 @@ def test_writers_with_fewer_slots_than_a_blocks_pieces_of_one_row_deadlock(seed:
     assert not writers_progress_ok(11, 3, 3, 1) and writers_progress_ok(11, 3, 5, 1)
     assert simulate(2, 11, 3, 3, None, 1, seed) == "deadlock"
     assert simulate(2, 11, 3, 5, None, 1, seed) == "done"
-
-
-def test_every_setting_with_a_short_lag_at_the_head_the_rule_allows_runs_to_the_end() -> None:
-    """Note [a short lag at the head]: every first lag below the lag that progress_ok allows runs to the end, with
-    the copies landed at the start and issued two at a time, over launches in a row."""
-    checked = 0
-    for blocks, rows, ppr, k, lag, nc in _cases():
-        for lag0 in range(lag):
-            if progress_ok(ppr, blocks, k, lag, nc, lag0) and (ppr + k + nc + lag0) % 2 == 0:
-                checked += 1
-                assert simulate(rows, ppr, blocks, k, lag, nc, ppr, lag0=lag0) == "done", (ppr, blocks, k, lag, lag0)
-                assert simulate(rows, ppr, blocks, k, lag, nc, ppr + 1, launches=2, ramp=min(2, k - 1),
-                                lag0=lag0) == "done", (ppr, blocks, k, lag, lag0)
-    assert checked > 150
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_a_first_lag_short_of_a_blocks_pieces_of_one_row_deadlocks(seed: int) -> None:
-    """11 pieces a row over 3 blocks need a lag of 3 from the first piece on: a first lag of 2 waits for a row whose
-    pieces the block has not reduced, whatever the lag after it."""
-    assert not progress_ok(11, 3, 6, 3, 1, lag0=2) and progress_ok(11, 3, 6, 3, 1, lag0=3)
-    assert simulate(2, 11, 3, 6, 3, 1, seed, lag0=2) == "deadlock"
-    assert simulate(2, 11, 3, 6, 3, 1, seed) == "done"
-    assert progress_ok(4, 5, 6, 4, 1, lag0=0) and simulate(3, 4, 5, 6, 4, 1, seed, lag0=0) == "done"
 
 
 @pytest.mark.parametrize("ramp", (1, 2, 3))

@@ -413,35 +413,6 @@ def test_relay_with_a_ramp_passes_the_verifier(case):
     check(card, {**base, **knobs})
 
 
-# Note [a short lag at the head] (relay.py): the bf16 softmax's root with first lags 0, 1 and 2, log_softmax with two
-# resolvers and short last pieces, a prologue evaluated once, a group norm, and the progress rule at its limit (538
-# pieces a row over 132 blocks: a first lag of 4)
-RELAY_HEAD = [
-    (tc.softmax((64, 262144), "bfloat16"), {"pe": 16384, "nw": 16, "nc": 1, "k": 6, "lag": 3, "ramp": 2, "lag0": 0}),
-    (tc.softmax((64, 262144), "bfloat16"), {"pe": 16384, "nw": 16, "nc": 1, "k": 6, "lag": 3, "ramp": 2, "lag0": 1}),
-    (tc.softmax((64, 262144), "bfloat16"), {"pe": 16384, "nw": 16, "nc": 1, "k": 7, "lag": 4, "ramp": 2, "lag0": 2}),
-    (tc.softmax((5, 33000), "float16", log=True), {"pe": 4096, "nw": 8, "nc": 2, "k": 4, "lag": 2, "lag0": 0}),
-    (tc.softmax_fused(SOFTCAP, [((3, 70000), "bfloat16")]),
-     {"pe": 8192, "nw": 16, "nc": 1, "k": 10, "lag": 4, "once": True, "ramp": 2, "lag0": 1}),
-    (tc.group_norm(1, 64, 200, 200, groups=8, dtype="bfloat16"), {"pe": 16384, "nw": 8, "nc": 1, "k": 6, "lag": 3,
-                                                                   "lag0": 1}),
-    (tc.softmax((2, 1100000), "float32"), {"pe": 2048, "nw": 8, "nc": 1, "k": 7, "lag": 5, "lag0": 4}),
-]
-
-
-@pytest.mark.parametrize("case", RELAY_HEAD, ids=lambda c: f"{c[0].op.removeprefix('aten.')}-" +
-                         "x".join(map(str, c[0].inputs[0].spec.shape)) + f"-lag{c[1]['lag']}-lag0{c[1]['lag0']}")
-def test_relay_with_a_short_lag_at_the_head_passes_the_verifier(case):
-    card, knobs = case
-    base = {key: v for key, v in family_for(card).defaults(card, "relay").items() if key not in ("writers", "regs")}
-    check(card, {**base, **knobs})
-
-
-def test_relay_with_a_short_lag_at_the_head_launches_in_a_row_share_one_kept_scratch():
-    launches_in_a_row(RELAY_HEAD[1][0], {**family_for(RELAY_HEAD[1][0]).defaults(RELAY_HEAD[1][0], "relay"),
-                                         **RELAY_HEAD[1][1]}, 500)
-
-
 # Note [pieces held in the writers' registers] (relay_held.py): the 16 MB fp32 groups (the knob's target), 1 MB and
 # 768 KB groups with half the reducers, bf16, odd sizes with short last pieces, fp16 without affine, log_softmax,
 # a prologue evaluated once into its slot, a ramp, and the progress rule at its limit (538 pieces a row over two

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A short lag at the head (knob ``lag0``, trial commit 1 after f3157af, reverted in the commit after it: Note [a short
+# A short lag at the head (knob ``lag0``, trial commit 689cadd, reverted in the commit after it: Note [a short
 # lag at the head: measured, not kept] in templates/relay.py; needs the trial's code to run): the joint relay
 # roots of the softmaxes of >= 64 MB beside the same layout with first lags of 0, 1 and 2 (and 7 slots with a lag of
 # 4 from a first lag of 1), the root, the variants, the root, the variants in one run (`twice`); then the bf16

@@ -187,7 +187,7 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     card's architecture] in target.py), a lag that leaves loads in flight and covers a block's other pieces of the
     same row (Note [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads
     them all)."""
-    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", "lag0", *RELAY_KEYS}:
+    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", *RELAY_KEYS}:
         return False  # another strategy's knob (keep, tma, ...): nothing here reads it
     if p.get("hold", True) is not True or p.get("writers", True) is not True:
         return False  # flags (Notes [a row's last piece before the next row's first], [writers of their own]):
@@ -201,13 +201,108 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
         return False
     if "ramp" in p and not 1 <= ramp < k:
         return False  # Note [the first copies a few at a time]: fewer than the slots
-    lag0 = p.get("lag0", lag)
-    if "lag0" in p and (own or not isinstance(lag0, int) or isinstance(lag0, bool) or not 0 <= lag0 < lag):
-        return False  # Note [a short lag at the head: measured, not kept]
+    if vec * isz != 16 or cols % vec or pe % (32 * vec * max(nw, 1)) or not 1024 <= pe * isz <= 128 * 1024:
+        return False
+    if not (1 <= nw and 1 <= nc <= 4 and relay_threads(p) <= 1024 and (own or 1 <= lag) and k <= 16):
+        return False
+    ppr, regs = cdiv(cols, pe), p.get("regs", 0)
+    if not held_regs(p, pe // (32 * vec * nw), relay_threads(p), isz):
+        return False  # Note [pieces held in the writers' registers] in relay_held.py
+    progress = (held_progress_ok(ppr, SMS, k, regs, nc) if regs else writers_progress_ok(ppr, SMS, k, nc)) if own \
+        else progress_ok(ppr, SMS, k, lag, nc)
+    return relay_smem(p, isz, vbytes) <= smem - 1024 and ppr <= 1024 and progress and rows * ppr < 2**40
+
+
+def progress_ok(ppr: int, blocks: int, k: int, lag: int, nc: int) -> bool:
+    """The relay's pipeline cannot deadlock or misread an mbarrier phase (Note [rows relayed through global memory],
+    progress): loads stay ahead of the consumers (k >= lag + 2), the consumers reduce a block's last piece of a row
+    before they wait for its first (lag >= ceil(ppr / blocks) - 1), and no resolver's first piece is a slot's second
+    use (nc <= k). tests/test_relay_protocol.py checks it against a model of the kernel's warps."""
+    return k >= lag + 2 and lag >= cdiv(ppr, blocks) - 1 and nc <= k
+
+
+def writers_progress_ok(ppr: int, blocks: int, k: int, nc: int) -> bool:
+    """The same with writers of their own (Note [writers of their own]): the reducers wait only for their slots, so
+    a block's slots must hold every piece it has of one row (k >= ceil(ppr / blocks)), and one more that loads."""
+    return k >= cdiv(ppr, blocks) + 1 and nc <= k
+
+
+# Note [a row's statistic exchanged within its cluster: measured, not kept]
+# Thirty-fifth session (trial commit 298943b, reverted in the next): knob ``cs`` ran the relay as NCL thread-block
+# clusters of CS blocks, cluster c taking rows c, c + NCL, ..., each block a row's pieces rank, rank + CS, ...; a
+# publisher stored each piece's word into every block of its cluster (st.shared::cluster) and arrived on their
+# mbarriers with release at cluster scope, a resolver combined the row's words from its own shared memory, and a ring
+# of entries with a second mbarrier kept a word from being overwritten before every block had read it (a CPU model of
+# the warps and ten GPU verifier cases passed: results/h200/gpu_tests_session35_cluster.log). No scratch, no marks,
+# no cooperative launch. It lost everywhere (H200, one probe run each, the root first and last;
+# results/h200/probe_session35_cluster*.json): the driver fits only 15 clusters of 8, 7 of 16 or 30 of 4 such blocks
+# at once (cuOccupancyMaxActiveClusters: 120 or 112 of the 132 SMs, the GPCs' sizes), so 16 clusters of 8 ran the
+# last one as a second wave (softmax [64, 262144] bf16 45.5 us, group norm [1,512,128,128] fp32 33.1, against the
+# roots' 23.4 and 20.4), and with clusters that fit, the rows split unevenly over fewer SMs: softmax 28.4-29.4 us
+# (16 x 7, 8 x 15) against 23.5; [1,512,128,128] fp32 24.9-26.5 against 20.6; [2,1536,64,64] fp32 31.7-32.6 against
+# 28.9.
+#
+# Note [the epoch read before the first copies]
+# The publisher and the resolvers need this launch's mark, from the epoch in the kept scratch, before their first word.
+# They read it as they started, after the block's __syncthreads, just as the loader issued the block's first bulk
+# copies, and under those copies' load. The group norm [1,512,128,128] fp32 root's
+# timeline (thirty-fifth session, results/h200/trace_session35/): pieces landed at 1.5-2.2 us and the median block
+# published its first word at 2.9 us, but 34 of the 132 blocks (in pairs of neighbouring blocks) only at 5.9-8.1 us,
+# each of their later pieces staying 3-5 us behind its arrival; every group waits for its slowest piece, so the
+# first groups resolved at 8.4 us, nothing was written before 7.4 us of a 16.9 us span, and the full slots stalled
+# the reads (at [2,1536,64,64] fp32: 50 blocks, first write at 6.9 us). The likely cause, not traced further: that
+# read sits behind the copies' bytes, and the block's last warp to count itself in then fences and makes a global
+# atomic under the same load. Lane 0 of those warps now issues the load before the block's __syncthreads, ahead of
+# any copy, and uses it after. Measured in one run, each root twice beside the old code (--swap;
+# results/h200/probe_session35_epoch_early.json): group norm [1,512,128,128] fp32 19.9 and 19.9 us against 20.1 and
+# 20.6; [2,1536,64,64] fp32 27.9 and 28.0 against 29.7 and 28.8; [1,512,256,256] bf16 35.4 twice against 35.5 and
+# 35.8; the softmaxes within their spread (bf16 23.3, 23.4 against 23.3, 24.2; fp32 35.8, 35.7 against 35.7, 35.5;
+# the soft cap 32.9, 32.7 against 32.9, 33.4). Ops runs AE and AF (ops_session35_*.json): [2,1536,64,64] fp32 28.3
+# us, 83% of the copy bandwidth (82% by graph replay); [1,512,128,128] fp32 20.4 us, 77% (21.8 in AE). Its timeline
+# after the change (thirty-sixth session, results/h200/trace_session36_gn.log): first write at 4.4 us of a 15.4 us
+# span (7.4 of 16.9 before).
+# Measured, not kept, in the same session: counting each warp in at its end instead of right after its read (the
+# read where it was; results/h200/probe_session35_epoch_at_end.json, each root twice, the old code beside it in the
+# same run): no faster anywhere (group norm [1,512,128,128] fp32 22.7 and 22.3 us against 21.6 and 22.0; softmax
+# [64,262144] fp32 36.5 and 36.6 against 35.9 and 36.0), the count's fence and atomic moving to the kernel's end.
+#
+# Note [the publisher left out of the epoch's count]
+# The publisher needs the mark but need not count itself in: lane 0 reads the epoch before the block's __syncthreads
+# (Note [the epoch read before the first copies]), and the block's resolvers count themselves in only after it, so
+# the barrier (the ordering of membar.cta) puts the publisher's read before any count of its block, and the last
+# count, which advances the epoch, comes after every block's reads. The publisher then issues no fence and no atomic
+# before its first word: relay_mark_of takes the mark from the value read, and `fin` counts the NC resolvers.
+# tests/test_relay_protocol.py models the block's barrier and finds stale words or a deadlock where the resolvers
+# count before it. Measured (thirty-sixth session, each root beside the counting publisher in one run, twice, in two
+# device calls; results/h200/probe_session36_uncounted.json, probe_session36_early_issue.json): group norm
+# [1,512,128,128] fp32 20.3, 20.0, 20.0 and 19.9 us against 20.4, 20.8, 20.2 and 21.2; [2,1536,64,64] fp32 27.8,
+# 27.7, 27.8, 27.6 against 28.2, 28.1, 28.2, 27.6; the softmax [64,262144] bf16 23.6, 23.6, 23.5, 23.9 against 23.5,
+# 23.9, 24.2, 23.8; the soft cap 32.5, 32.7, 32.7, 32.9 against 32.6, 32.7, 33.0, 32.9.
+# Measured, not kept, in the same runs: thread 0 issuing the block's first RAMP copies right after it initialises the
+# barriers, before the block's __syncthreads (the loader starting at copy RAMP): the group norm [1,512,128,128] 20.0
+# twice, 19.9 and 19.8 with the uncounted publisher; [2,1536,64,64] 28.6 and 28.4 (27.8, 27.9 with it); the softmax
+# bf16 23.0 and 23.3 (23.7, 23.4); the soft cap 33.1, 33.2 (32.7, 32.9): nothing on top of the uncounted publisher.
+#
+# Note [the input's lines first out of the L2: measured, not kept]
+# Thirty-seventh session (trial commit 866a1af, reverted in the commit after it): knob ``evict`` gave each bulk copy
+# an L2 policy (createpolicy.fractional.L2::evict_first, cp.async.bulk ... .L2::cache_hint), so that the input, read
+# once, would leave the L2 before the output's dirty lines and more of the output could still sit there when the
+# kernel ends (prediction: [1,512,128,128] fp32 20.3 -> ~18.5 us by events, graph replay about the same). One run,
+# each root with the knob beside the same layout without it, twice (results/h200/probe_session37_evict.json, plan
+# benchmarks/plans/evict_first.sh; a copy of 64 MiB 18.5 us in the same run): group norm [1,512,128,128] fp32 20.2
+# and 20.4 us against 20.3 and 20.2; [2,1536,64,64] fp32 27.7, 27.7 against 27.7, 27.6; softmax [64,262144] bf16
+# 24.0, 23.9 against 23.4, 23.6; fp32 37.2, 37.3 against 36.2, 35.8; the soft cap 33.0, 33.2 against 32.9, 32.8. No
+# gain anywhere, a loss in the softmaxes. An ops run with the knob in every relay root (ops_session37_evict.*, not
+# merged into ops.json: the code it ran is gone) found [1,512,128,128] fp32 at 19.7 us (80% of the copy bandwidth, 81%
+# by graph replay) with one slot fewer (k=6) and the knob, the noise edge of that row (20.3-20.4 us in the runs
+# before; the same k=6 layout without the knob ran 20.4 in ops run AF). 73 relay GPU tests passed with the knob in
+# every root, and three verifier cases of it (joint relay, writers of their own, pieces held in registers).
+#
+# Note [a short lag at the head: measured, not kept]
 # The joint consumers write piece u after they have reduced piece u + LAG, so a block's first write waits for its
 # piece LAG to land and be reduced. The bf16 softmax's root (trace_session38_softmax.log: k=6, lag 3, ramp 2) reads
 # alone for its first 6.1 us; at 5-6 us its reads fall to 1.3 TB/s with no write yet, every slot of every block full
-# (25 MB) and none freed. Forty-third session (trial commit after f3157af, reverted in the commit after it): knob
+# (25 MB) and none freed. Forty-third session (trial commit 689cadd, reverted in the commit after it): knob
 # ``lag0`` started the lag at LAG0 and grew it by one a piece up to LAG, piece u written once piece u + min(LAG, LAG0 +
 # u) was reduced (LAG0 1, LAG 3: reduce 0, 1, write 0, reduce 2, 3, write 1, reduce 4, 5, write 2, then one each), a
 # fixed schedule with no polling (which Note [writes as soon as their rows resolve: measured, not kept] lost to).
@@ -301,9 +396,6 @@ def relay_actions(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         acts.append((f"ramp {p['ramp']} -> off", {key: v for key, v in p.items() if key != "ramp"}))
     if "lag" in p:
         acts += [knob(p, "lag", p["lag"] + 1), knob(p, "lag", p["lag"] - 1)]
-        acts += [knob(p, "lag0", v) for v in range(p["lag"]) if v != p.get("lag0")]  # Note [a short lag at the head: measured, not kept]
-    if "lag0" in p:
-        acts.append((f"lag0 {p['lag0']} -> off", {key: v for key, v in p.items() if key != "lag0"}))
     return acts + [knob(p, "k", p["k"] + 1), knob(p, "k", p["k"] - 1)]
 
 
@@ -328,7 +420,6 @@ def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int
     return {"PE": pe, "PPR": cdiv(cols, pe), "NPL": pe // (32 * p["vec"] * p["nw"]), "NW": p["nw"],
             "NC": p["nc"], "NT": relay_threads(p), "K": p["k"],
             **({"LAG": p["lag"]} if "lag" in p else {}), **({"RAMP": p["ramp"]} if "ramp" in p else {}),
-            **({"LAG0": p["lag0"]} if "lag0" in p else {}),
             **({"REGS": p["regs"], "NS": p["k"] + p["regs"]} if "regs" in p else {}),
             "HEAD": _head(p, vbytes)}
 
@@ -381,7 +472,7 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
         issue(t);
       }""" if "ramp" in p else "      for (long long t = 0; t < K && t < n; ++t) issue(t);"
     writers, consumers = (_writer_warps(reduce_piece, write_piece, prefetch, wrote_slot) if "writers" in p
-                          else ("", _joint_warps(reduce_piece, write_piece, prefetch, fence, "lag0" in p)))
+                          else ("", _joint_warps(reduce_piece, write_piece, prefetch, fence)))
     h = held_parts("regs" in p)  # Note [pieces held in the writers' registers] in relay_held.py
     if "regs" in p:
         writers = held_writer_warps(write_piece, prefetch)
@@ -515,23 +606,9 @@ def _write_step(u: str, write_piece: str, prefetch: str, fence: str, first: str)
       KF_TRACE({first}, 4, {u});"""
 
 
-def _joint_warps(reduce_piece: str, write_piece: str, prefetch: str, fence: str, head: bool = False) -> str:
+def _joint_warps(reduce_piece: str, write_piece: str, prefetch: str, fence: str) -> str:
     """The consumer warps that reduce each piece and write it LAG pieces later (Note [rows relayed through global
-    memory]); with ``head`` (knob ``lag0``, Note [a short lag at the head: measured, not kept]) piece u is written after piece
-    u + min(LAG, LAG0 + u) is reduced."""
-    if head:
-        return f"""  const int wc = warp * (PE / NW);  // this warp's columns of every piece: [wc, wc + PE / NW)
-  long long written = 0;  // the pieces written so far, the next one's index (Note [a short lag at the head: measured, not kept])
-  for (long long t = 0; t < n; ++t) {{
-    {{{_reduce_step("t", reduce_piece)}
-    }}
-    if (t - written >= min((long long)LAG, (long long)LAG0 + written)) {{
-      const long long u = written++;{_write_step("u", write_piece, prefetch, fence, "warp == 0 && lane == 0")}
-    }}
-  }}
-  for (long long u = written; u < n; ++u) {{{_write_step("u", write_piece, prefetch, fence, "warp == 0 && lane == 0")}
-  }}
-"""
+    memory])."""
     return f"""  const int wc = warp * (PE / NW);  // this warp's columns of every piece: [wc, wc + PE / NW)
   for (long long t = 0; t < n + LAG; ++t) {{
     if (t < n) {{{_reduce_step("t", reduce_piece)}
@@ -541,3 +618,71 @@ def _joint_warps(reduce_piece: str, write_piece: str, prefetch: str, fence: str,
     }}
   }}
 """
+
+
+# Note [writers of their own]
+# In the relay as first built, each consumer warp both reduces a piece and, LAG pieces later, writes it once its row
+# is resolved: one warp alternates the two, so a resolve that comes late holds up the reduces of the pieces after it
+# as well, and the lag that keeps loads in flight is a guess at how long a resolve takes. With knob ``writers`` the
+# block has NW reducer warps and NW writer warps (the same 19 warps as 16 consumers, when NW halves): the reducers
+# take each piece as it arrives and never wait for a row, the writers wait only for their piece's statistic
+# (``ready``) and free the slot. There is no lag; a block's slots must hold every piece it has of one row, plus one
+# that loads (writers_progress_ok; tests/test_relay_protocol.py runs the model of the warps over every setting that
+# rule allows, and shows that one slot fewer deadlocks). Writer warp j writes the columns reducer warp j reduced,
+# which with a prologue evaluated once are the values that warp wrote back into the slot: each reducing lane fences
+# its stores against the copy engine and the warp synchronises before it signals ``reduced``.
+# Twentieth session, same run per case (results/h200/probe_session20_writers.json): the group norms' root since then
+# (group_norm.own_writers: eight reducers, eight writers, seven slots of 32 KB): [1,512,256,256] bf16 37.1 us, 85% of
+# the copy bandwidth, against the joint relay's 42.4 (74.5%); [1,128,1024,1024] bf16 140.1 against 155.3, fp32 354.1
+# against 379.4. The softmaxes keep the joint relay: [64,262144] bf16 25.0 against 24.3 (and 24.3 again); fp32 36.4
+# with seven slots (37.1 with six) against 37.1 and 37.4, 2% in one run, not enough to move a root that has held for
+# nine sessions; the soft cap's relay once 38.5-43.4 against 36.3 and 36.4. An action either way (relay_writers).
+#
+# Note [a row's last piece before the next row's first]
+# Knob ``hold``: the loader issues a block's first piece of a row only once the block's previous piece, the last it
+# has of the row before, has arrived, so that the older row's pieces reach the chip ahead of the newer row's and its
+# resolve is not kept waiting behind them. Mixed, in the same runs as above: softmax [64,262144] bf16 23.8 us against
+# 24.3 twice, fp32 38.9 against 37.1 and 37.4; group norm [1,512,256,256] bf16 40.8 against 42.4 (the joint relay,
+# both), fp32 73.5 against 71.0. An action, never a root.
+# Note [the first copies a few at a time]
+# Knob ``ramp``: the loader issues its first K copies RAMP at a time, each once the copy RAMP before it has landed,
+# instead of all K at once. With every slot of every block requested at the start (25 MB at [64,262144] bf16), the
+# memory system serves them all together and the first piece lands as late as the rest: the relay's timeline
+# (benchmarks/trace_relay.py) has no write for the first 7.4-8.2 us of a 20.5 us kernel, and the resident kernel's
+# (Note [a tensor held on chip whole] in resident.py) first 16 KB copy landed 6.7 us after it was issued with 14 a
+# block in flight, 3.3 us with 4. A ramp only delays the loader's own copies behind its own earlier copies, so it
+# cannot deadlock (tests/test_relay_protocol.py runs the model with it).
+# Twenty-first session, same run per case, the root first and last (results/h200/probe_session21_ramp.json, from
+# benchmarks/plans/ramp_probe.sh): softmax [64,262144] bf16 23.4 us with a ramp of 1 (24.0, 24.0, 24.4 with 2, 3, 4)
+# against 24.2 and 24.3; fp32 36.0 (1), 36.3 (2) against 37.2 twice; the soft cap's relay once 34.3 (2), 34.8 (1),
+# 36.1 (4) against 35.7 and 36.2; group norm writers [1,512,256,256] bf16 35.5 (2), 36.3 (3) against 36.7 twice,
+# [1,512,128,128] fp32 20.6 (2) against 22.3 and 22.0, [1,128,1024,1024] fp32 355.3 (2) against 357.2 and 356.7.
+# So the roots took it: a ramp of 1 in the plain softmaxes' joint relay, 2 with a prologue evaluated once and in the
+# group norms' writers (softmax.defaults, group_norm.own_writers); ops run T has every such row on it. Thirty-eighth
+# session: the plain softmaxes' root takes 2 as well. Every run of the session that timed both (results/h200/
+# probe_session38_*.json) had 2 ahead: softmax [64,262144] bf16 23.3, 23.1 against 23.8 (poly_exp); 23.3, 23.4
+# against 23.6 (exps_in_slot); 23.5, 23.4 against 23.9 and, with Note [a lean reduce] in softmax.py, 21.5, 21.4
+# against 23.4 (reduce_lean); fp32 34.7, 35.1 against 35.7 and 35.0, 34.8 against 36.0.
+def _writer_warps(reduce_piece: str, write_piece: str, prefetch: str, wrote_slot: bool) -> tuple[str, str]:
+    """Knob ``writers``: NW writer warps (NW + NC + 2 ...) write each piece as soon as its row is resolved, and the NW
+    consumer warps only reduce, as soon as a piece arrives. Writer warp j writes the columns consumer warp j reduced
+    (and, evaluating a prologue once, wrote back into the slot: each reducing lane fences its stores against the copy
+    engine and the warp synchronises before it signals ``reduced``, from which ``ready`` follows)."""
+    fence = """
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      __syncwarp();  // every lane's values are in the slot before reduced, then ready, lets the writers read them""" \
+        if wrote_slot else ""
+    first_writer = "warp == NW + NC + 2 && lane == 0"  # the writer that marks the trace
+    writers = f"""  if (warp >= NW + NC + 2) {{  // writer warp j = warp - (NW + NC + 2): consumer warp j's columns
+    const int wc = (warp - NW - NC - 2) * (PE / NW);
+    for (long long u = 0; u < n; ++u) {{{_write_step("u", write_piece, prefetch, "", first_writer)}
+    }}
+    KF_TRACE_BLOCK(lane == 0, 1);
+    return;
+  }}
+"""
+    consumers = f"""  const int wc = warp * (PE / NW);  // this warp's columns of every piece: [wc, wc + PE / NW)
+  for (long long t = 0; t < n; ++t) {{{_reduce_step("t", reduce_piece, fence)}
+  }}
+"""
+    return writers, consumers
