@@ -165,3 +165,64 @@ def test_the_worker_describes_its_gpu_as_the_templates_see_its_arch(tmp_path):
     assert (gpu["name"], gpu["arch"], gpu["sm_count"]) == (props.name, arch_of(DEV), props.multi_processor_count)
     assert gpu["smem_per_block_kb"] * 1024 == Target(props.major * 10 + props.minor).smem_limit
     assert gpu["l2_mb"] >= 1 and gpu["regs_per_sm"] >= 65536 and gpu["max_threads_per_sm"] >= 1024
+
+
+# Note [a kernel called with tensors on another GPU] (launch.py). One GPU: a launcher that says it was built for
+# another device index takes this GPU's tensors as another GPU's, so its sibling is built and launched here.
+def test_a_call_on_another_gpu_runs_on_that_gpus_own_launcher():
+    from torch._dynamo.utils import counters
+
+    card = unary_card("aten.relu.default", 1000)
+    run = launcher("relu_good", card)
+    run._device_index = torch.cuda.device_count()  # no such GPU: every tensor here is on "another" one
+    counters.clear()
+    x = torch.randn(1000, device=DEV)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        (y,) = run([x])
+        (y2,) = run([x.neg()])
+    s.synchronize()
+    torch.testing.assert_close(y, torch.relu(x))
+    torch.testing.assert_close(y2, torch.relu(-x))
+    sibling = run._siblings[DEV.index]
+    assert sibling is not None and sibling._device_index == DEV.index and len(run._siblings) == 1
+    assert counters["kforge"]["other_gpu_calls"] == 2 and counters["kforge"]["kernel_calls"] == 2
+
+
+def test_a_gpu_that_refuses_the_kernel_runs_pytorchs_op(monkeypatch, caplog):
+    from torch._dynamo.utils import counters
+
+    from forge_backend.runtime import launch as launch_mod
+
+    card = unary_card("aten.relu.default", 1000)
+    run = Launcher(card, candidate("relu_good"), compile_candidate(candidate("relu_good"), "sm_90").cubin, DEV,
+                   fallback=lambda inputs: [torch.relu(inputs[0])])
+    run._device_index = torch.cuda.device_count()
+
+    def refuse(*a, **k):
+        raise RuntimeError("CUDA driver call cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU")
+
+    monkeypatch.setattr(launch_mod, "load_module", refuse)
+    counters.clear()
+    x = torch.randn(1000, device=DEV)
+    with caplog.at_level("WARNING", logger="kforge"):
+        (y,) = run([x])
+        (y2,) = run([x])
+    torch.testing.assert_close(y, torch.relu(x))
+    torch.testing.assert_close(y2, torch.relu(x))
+    assert run._siblings == {DEV.index: None} and counters["kforge"]["other_gpu_fallback"] == 2
+    assert caplog.text.count("could not be loaded") == 1 and "NO_BINARY_FOR_GPU" in caplog.text
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_a_kernel_built_on_gpu_0_runs_tensors_of_gpu_1_there():
+    card = unary_card("aten.relu.default", 1000)
+    run = launcher("relu_good", card)
+    dev1 = torch.device("cuda", 1)
+    x = torch.randn(1000, device=dev1)
+    s = torch.cuda.Stream(dev1)
+    with torch.cuda.stream(s):
+        (y,) = run([x])
+    s.synchronize()
+    assert y.device == dev1 and torch.cuda.current_device() == 0
+    torch.testing.assert_close(y, torch.relu(x))

@@ -3,7 +3,19 @@
 Per card, in order: a kernel already loaded in this process; a trusted local record (load its cubin: the cubin
 cache makes that 0 NVRTC compiles and 0 timings); an untrusted (shipped or imported) record, re-verified in the
 worker first; else, with ``search="on_miss"`` and a template family for the op, an MCTS search within the compile's
-budget. A failure for one card is logged once with its op and leaves that op to PyTorch (strict: raised).
+budget, also where an untrusted record failed its re-verification (Note [a record that fails here is searched]). A
+failure for one card is logged once with its op and leaves that op to PyTorch (strict: raised).
+
+Note [a record that fails here is searched]
+A shipped or imported record was verified on another GPU. Its kernel can fail here: a relay kernel's cooperative
+launch needs its 132 blocks resident at once, which a GPU of the same arch with fewer SMs (an H100 PCIe: 114)
+refuses, and a record can simply be wrong. Such a record is then treated as a miss: with ``search="on_miss"`` the
+signature is searched on this GPU, and the winner (or PyTorch's decision) goes to the local cache, whose tier comes
+before the shipped one, so the next compile takes it without asking the failed record again (``kforge prewarm`` does
+the same: Note [a shipped record in a prewarm] in prewarm.py). Without a search the op stays with PyTorch, and the
+failure is remembered for the rest of the process (the record's integrity digest with the reason), so a model that
+meets the signature in several graphs re-verifies it once; a new process asks again, as the record may have been
+replaced. The counter ``kforge.reverify_failed`` counts them.
 
 Note [the baseline inside Inductor]
 A record says its kernel beats *eager*. Inside Inductor (``inner="inductor"``) the op would otherwise run as
@@ -71,6 +83,8 @@ class CudaProvider:
         self._loaded: dict[tuple[str, bool], KernelImpl] = {}  # (key, check) -> loaded kernel
         # key -> (kforge_us, inductor_us) where the kernel beats Inductor's single op, None where it does not
         self._vs_inductor: dict[tuple[str, float], tuple[float, float] | None] = {}
+        # (key, record integrity) -> why the untrusted record failed re-verification on this GPU (the Note above)
+        self._failed_here: dict[tuple[str, str], str] = {}
 
     @classmethod
     def shared(cls, cfg: KforgeConfig) -> "CudaProvider":
@@ -178,8 +192,12 @@ class CudaProvider:
         record = self.store.get(card.key)
         if record is not None:
             counters["kforge"]["cache_hit"] += 1
-            return self._use_record(card, record, cfg)
-        counters["kforge"]["cache_miss"] += 1
+            impl = self._use_record(card, record, cfg)
+            if impl is not None or record.decision != "kernel" or record.trusted:
+                return impl
+            counters["kforge"]["reverify_failed"] += 1  # Note [a record that fails here is searched]
+        else:
+            counters["kforge"]["cache_miss"] += 1
         if cfg.search != "on_miss" or time.monotonic() >= deadline:
             return None
         from .search_runner import has_template, run_search
@@ -198,11 +216,15 @@ class CudaProvider:
         if record.decision != "kernel":
             return None
         if not record.trusted:
-            source = record.source
+            source, memo = record.source, (record.key, record.integrity())
+            if memo in self._failed_here:  # Note [a record that fails here is searched]: asked once a process
+                return None
             record, why = reverified_locally(record, self.client, cfg, self.local)
             if record is None:
-                log.warning("kforge: %s record from %s failed re-verification (%s); left to PyTorch", card.op,
-                            source, why)
+                self._failed_here[memo] = why
+                then = "searched here" if cfg.search == "on_miss" else "left to PyTorch"
+                log.warning("kforge: %s record from %s failed re-verification on this GPU (%s); %s", card.op,
+                            source, why, then)
                 return None
         impl = impl_from_record(card, record, cfg)
         self._loaded[(card.key, cfg.check)] = impl

@@ -6,6 +6,18 @@ and scratch sizes) is resolved once when the launcher is built. A call then only
 precondition the signature cannot see), allocates outputs with the caching allocator, writes the tensor pointers
 into pre-built ctypes parameter slots and calls cuLaunchKernel with the address of that array. The launcher falls
 back to the original ATen op when a precondition fails.
+
+Note [a kernel called with tensors on another GPU]
+A launcher is built for one device: its module is loaded into that device's context, its launches go to that
+device's current stream and its scratch lives there. The provider builds it for the current device at compile time,
+but a model may run on another GPU of the host (``model.to("cuda:1")`` without ``torch.cuda.set_device(1)``), and
+Inductor calls a graph under a guard of the graph's device while an eager graph calls it under none. Launched as it
+was, the kernel would run on the wrong GPU's stream, with pointers into another GPU's memory. So a call whose first
+input is on another GPU goes to a sibling launcher of that GPU (the same card, candidate and cubin, loaded there once,
+under a device guard, as is each of its calls): same-arch GPUs, since the card's arch is that of the tensors' GPU and
+the cubin was built for it. A sibling that cannot be built (another arch's GPU refuses the cubin) leaves that GPU's
+calls to PyTorch's op (the fallback), logged once. Counted as ``kforge.other_gpu_calls`` and
+``kforge.other_gpu_fallback``.
 """
 from __future__ import annotations
 
@@ -163,6 +175,8 @@ class Launcher:
         self._kept: dict[int, dict[str, KeptBuffer]] = {}  # stream -> its persistent scratch buffers
         self._graph_kept: list[KeptBuffer] = []  # the persistent buffers of launches captured into CUDA graphs
         self._graph_refused = False
+        self._cubin = cubin
+        self._siblings: dict[int, Launcher | None] = {}  # Note [a kernel called with tensors on another GPU]
         self._device_index = device.index if device.index is not None else torch.cuda.current_device()
         self._raise_smem_limits()
         self._validate_pointers()
@@ -216,6 +230,8 @@ class Launcher:
     def __call__(self, inputs: Sequence[torch.Tensor],
                  out_strides: Sequence[Sequence[int]] | None = None) -> list[torch.Tensor]:
         """The used outputs, fresh, with the card's strides or ``out_strides`` (see ``allocate_outputs``)."""
+        if inputs and inputs[0].get_device() != self._device_index:
+            return self._on_other_gpu(inputs[0].get_device(), inputs, out_strides)
         if not self.aligned(inputs) or not self.laid_out(inputs):
             # Note [kernel inputs keep their layout] in rewrite.py: a kernel indexes memory with the strides
             # baked in from its signature, so another layout (or a misaligned pointer) runs PyTorch's op instead
@@ -231,6 +247,36 @@ class Launcher:
         outputs = self.allocate_outputs(out_strides)
         self.launch_into(inputs, outputs)
         return outputs
+
+    def _on_other_gpu(self, index: int, inputs: Sequence[torch.Tensor],
+                      out_strides: Sequence[Sequence[int]] | None) -> list[torch.Tensor]:
+        """Note [a kernel called with tensors on another GPU]: the call on GPU ``index``'s own launcher, under a
+        guard of that GPU; PyTorch's op where there is none (a CPU tensor, another arch)."""
+        sibling = self._sibling(index) if index >= 0 else None
+        if sibling is None:
+            if self.fallback is None:
+                raise CandidateFailure("launch", f"kernel built for cuda:{self._device_index} called with tensors "
+                                                 f"on {inputs[0].device}")
+            counters["kforge"]["other_gpu_fallback"] += 1
+            specs = self.out_specs if out_strides is None else [TensorSpec(s.shape, tuple(st), s.dtype)
+                                                                for s, st in zip(self.out_specs, out_strides)]
+            return conform(self.fallback(inputs), specs)
+        counters["kforge"]["other_gpu_calls"] += 1
+        with torch.cuda.device(index):
+            return sibling(inputs, out_strides)
+
+    def _sibling(self, index: int) -> "Launcher | None":
+        with self._lock:
+            if index not in self._siblings:
+                try:
+                    with torch.cuda.device(index):
+                        self._siblings[index] = Launcher(self.card, self.candidate, self._cubin,
+                                                         torch.device("cuda", index), self.fallback)
+                except (CandidateFailure, RuntimeError) as e:
+                    log.warning("kforge: kernel %s (built for cuda:%d) could not be loaded on cuda:%d (%s); PyTorch's "
+                                "%s runs there", self.card.key[:12], self._device_index, index, e, self.card.op)
+                    self._siblings[index] = None
+            return self._siblings[index]
 
     def _scratch_buffers(self, stream: int) -> dict[str, torch.Tensor | KeptBuffer]:
         """This launch's scratch: fresh buffers (zeroed where the plan asks), and for a persistent one the stream's

@@ -33,7 +33,9 @@ proposers that prompt a model, and on the H200 it reports the 227 KB of the tabl
 
 Not covered: the SM count. Grids are sized for the H200's 132 SMs (``common.SMS``), a guess elsewhere that costs
 only speed, except in the cooperative layouts (``relay``, ``resident``), whose 132 blocks must be resident at once:
-on a GPU with fewer SMs their launch fails (a failed candidate, never a hang) and the search takes the next seed.
+on a GPU with fewer SMs their launch fails (a failed candidate, never a hang) and the search takes the next seed, and
+a shipped or imported record of such a layout fails its re-verification there and is searched like a miss (Note [a
+record that fails here is searched] in runtime/cuda_provider.py).
 """
 from __future__ import annotations
 
