@@ -120,9 +120,12 @@ def prewarm(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] or pa
         console.print("[yellow]No CUDA GPU here: kforge can list the cards (`kforge cards`), but searching needs a "
                       "GPU. Nothing was searched.[/]")
         return
+    from .signature import arch_of
+
+    device = torch.device("cuda", torch.cuda.current_device())
     with kforge_errors():
         n_gpus = _search_workers(gpus, torch.cuda.device_count())
-    device = torch.device("cuda", torch.cuda.current_device())
+        _check_search_gpus([arch_of(torch.device("cuda", i)) for i in range(n_gpus)], arch_of(device))
     cards_ = [c for c in found.cards if c.arch.startswith("sm_")]
     store = LocalStore(cfg.cache_dir)
     items = pw.plan(cards_, pw.profile_cards(cards_, device), cfg, store, force=force, shipped=ShippedStore())
@@ -169,6 +172,16 @@ def _search_workers(gpus: int, visible: int) -> int:
     if gpus > visible:
         raise BadOption(f"kforge prewarm --gpus {gpus}: only {visible} GPU(s) visible")
     return gpus or visible
+
+
+def _check_search_gpus(archs: list[str], want: str) -> None:
+    """prewarm's workers run on GPUs 0 ... n-1 (``archs``, their archs), and the model's cards are of the current
+    GPU's arch ``want``: a search on a GPU of another arch fails every candidate and stores PyTorch's decision under
+    the card's key (Note [a card of another GPU's arch] in runtime/cuda_provider.py), so a mixed set is refused."""
+    other = [f"{i} ({a})" for i, a in enumerate(archs) if a != want]
+    if other:
+        raise BadOption(f"kforge prewarm: the model's signatures are for {want}, but search GPU(s) {', '.join(other)} "
+                        f"are not; choose GPUs of one architecture with --gpus or CUDA_VISIBLE_DEVICES")
 
 
 def _print_cards_table(cards_, bandwidth_gbps: float) -> None:

@@ -5,7 +5,7 @@ import pytest
 from typer.testing import CliRunner
 
 from forge_backend import __version__
-from forge_backend.cli import _search_workers, app
+from forge_backend.cli import _check_search_gpus, _search_workers, app
 from forge_backend.config import KforgeConfig
 from forge_backend.errors import BadOption
 from forge_backend.inspect_model import model_cards
@@ -89,6 +89,14 @@ def test_prewarm_takes_at_most_the_visible_gpus():
     assert _search_workers(0, 2) == 2 and _search_workers(1, 2) == 1 and _search_workers(2, 2) == 2
     with pytest.raises(BadOption, match="--gpus 3: only 2 GPU"):
         _search_workers(3, 2)
+
+
+def test_prewarm_refuses_search_gpus_of_another_arch():
+    _check_search_gpus(["sm_90", "sm_90"], "sm_90")
+    with pytest.raises(BadOption, match=r"signatures are for sm_90, but search GPU\(s\) 1 \(sm_80\) are not"):
+        _check_search_gpus(["sm_90", "sm_80"], "sm_90")
+    with pytest.raises(BadOption, match=r"0 \(sm_86\), 2 \(sm_86\)"):
+        _check_search_gpus(["sm_86", "sm_89", "sm_86"], "sm_89")
 
 
 def test_prewarm_without_gpu_lists_signatures_and_says_why():

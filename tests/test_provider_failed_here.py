@@ -119,3 +119,24 @@ def test_a_trusted_local_record_is_neither_reverified_nor_searched(world):
     provider, cfg, calls = make(reverify_ok=False)
     provider.local.put(rec.marked(source="local", trusted=True))
     assert kernel_for(provider, cfg, rec).source == "local" and calls.log == ["load local"]
+
+
+def test_a_card_of_another_gpus_arch_is_left_to_pytorch_and_never_searched(world, monkeypatch, caplog):
+    """Note [a card of another GPU's arch]: the search would run on the current GPU and store PyTorch's decision under
+    the other arch's key; the card is skipped instead, with one warning for the compile."""
+    from forge_backend.cards import build_card
+
+    from test_store import softmax_sig
+
+    rec, make = world
+    provider, cfg, calls = make(reverify_ok=True)
+    monkeypatch.setattr(cuda_provider.torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(cuda_provider, "arch_of", lambda device: "sm_90")
+    asked = []
+    monkeypatch.setattr(provider, "_kernel_for", lambda card, cfg_, deadline: asked.append(card.arch))
+    cards = [build_card(softmax_sig(rows, arch=arch)) for rows, arch in ((8, "sm_86"), (16, "sm_90"), (32, "sm_86"))]
+    with caplog.at_level("WARNING", logger="kforge"):
+        assert provider.kernels_for(cards, cfg) == {}
+    assert asked == ["sm_90"] and counters["kforge"]["other_arch_cards"] == 2
+    assert caplog.text.count("left to PyTorch") == 1 and "2 signature(s) run on a GPU of sm_86" in caplog.text
+    assert "current GPU (sm_90)" in caplog.text and len(provider.local) == 0

@@ -17,6 +17,14 @@ failure is remembered for the rest of the process (the record's integrity digest
 meets the signature in several graphs re-verifies it once; a new process asks again, as the record may have been
 replaced. The counter ``kforge.reverify_failed`` counts them.
 
+Note [a card of another GPU's arch]
+A card's arch is that of the GPU its tensors are on, but the worker that searches and verifies, and the launcher a
+kernel is loaded into, are on the current GPU. On a host of mixed GPUs (an sm_89 and an sm_86 card) a model on the
+other one would have its cards searched here, every candidate would fail to load (a cubin for another arch), and the
+search would store PyTorch's decision under that arch's key, which a later compile on that very GPU would then take
+for an answer. So such a card is left to PyTorch, with a warning that says to make that GPU current; GPUs of the
+same arch share kernels (Note [a kernel called with tensors on another GPU] in launch.py).
+
 Note [the baseline inside Inductor]
 A record says its kernel beats *eager*. Inside Inductor (``inner="inductor"``) the op would otherwise run as
 Inductor's own kernel, often much faster than eager, and a replaced node also costs Inductor its fusions around
@@ -41,6 +49,7 @@ from ..errors import CandidateFailure, KforgeError
 from ..inductor_gate import host_cost_us, replaces
 from ..reference import call_aten
 from ..registry import KernelImpl, conform
+from ..signature import arch_of
 from ..store.local import LocalStore
 from ..store.record import KernelRecord
 from ..store.shipped import ShippedStore, TieredStore
@@ -104,8 +113,13 @@ class CudaProvider:
         self.cfg = cfg
         deadline = time.monotonic() + cfg.search_seconds
         impls: dict[str, KernelImpl] = {}
+        here, elsewhere = "", []  # the current GPU's arch, asked at the first GPU card; cards of another arch
         for card in sorted(cards, key=lambda c: -c.bytes_min * c.occurrences):  # biggest first, for the budget
             if not card.arch.startswith("sm_"):
+                continue
+            here = here or arch_of(torch.device("cuda", torch.cuda.current_device()))
+            if card.arch != here:  # Note [a card of another GPU's arch]
+                elsewhere.append(card)
                 continue
             try:
                 impl = self._kernel_for(card, cfg, deadline)
@@ -125,6 +139,11 @@ class CudaProvider:
                 impl = dataclasses.replace(impl, extra={**impl.extra, "kforge_us": kf, "inductor_us": ind})
             if impl is not None:
                 impls[card.key] = impl
+        if elsewhere:
+            counters["kforge"]["other_arch_cards"] += len(elsewhere)
+            log.warning("kforge: %d signature(s) run on a GPU of %s, but kforge searches and loads kernels on the "
+                        "current GPU (%s); left to PyTorch (make that GPU current with torch.cuda.set_device before "
+                        "compiling)", len(elsewhere), ", ".join(sorted({c.arch for c in elsewhere})), here)
         return impls
 
     def fingerprint(self, cfg: KforgeConfig) -> str:
