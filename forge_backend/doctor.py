@@ -42,6 +42,31 @@ def _gpu() -> Check:
                               f"{t.smem_limit // 1024} KB of shared memory")
 
 
+def _other_gpus() -> Check | None:
+    """The host's other GPUs, where there are any: a model on a GPU of the current one's arch runs kforge's kernels
+    there (Note [a kernel called with tensors on another GPU] in runtime/launch.py), one of another arch keeps
+    PyTorch's ops unless it is made current (Note [a card of another GPU's arch] in runtime/cuda_provider.py), and
+    prewarm searches on GPUs of one arch."""
+    import torch
+
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        return None
+    here = torch.cuda.current_device()
+
+    def arch(i: int) -> str:
+        major, minor = torch.cuda.get_device_capability(i)
+        return f"sm_{major}{minor}"
+
+    others = [i for i in range(torch.cuda.device_count()) if i != here]
+    odd = [i for i in others if arch(i) != arch(here)]
+    listed = ", ".join(f"cuda:{i} {torch.cuda.get_device_name(i)} ({arch(i)})" for i in others)
+    if not odd:
+        return Check("GPUs", True, f"{listed}: the current GPU's arch, so models there run kforge's kernels")
+    return Check("GPUs", False, f"{listed}: a model on {', '.join(f'cuda:{i}' for i in odd)} (not {arch(here)}) keeps "
+                                "PyTorch's ops unless that GPU is made current (torch.cuda.set_device) before "
+                                "compiling; prewarm's --gpus takes GPUs of one arch", warn=True)
+
+
 def _nvrtc() -> Check:
     try:
         from .runtime.nvrtc import compile_source, include_dir, nvrtc_version
@@ -90,7 +115,7 @@ def run_checks(check_llm: bool = True) -> list[Check]:
     except BadOption as e:
         return [Check("config", False, str(e))]
     checks = [Check("config", True, f"inner={cfg.inner} search={cfg.search} proposer={cfg.proposer}"),
-              _torch(), _gpu(), _nvrtc(), _nvcc(), _cache(cfg)]
+              _torch(), _gpu(), *filter(None, [_other_gpus()]), _nvrtc(), _nvcc(), _cache(cfg)]
     if check_llm:
         checks.append(_llm(cfg))
     return checks

@@ -44,6 +44,30 @@ def test_doctor_says_what_the_templates_do_on_this_gpu(monkeypatch, cap, expect)
     assert check.ok == (cap >= (8, 0)) and check.warn == (cap < (8, 0))
 
 
+@pytest.mark.parametrize("caps,current,expect", [
+    ([(9, 0)], 0, None),
+    ([(9, 0), (9, 0)], 0, (True, "cuda:1 GPU 1 (sm_90): the current GPU's arch")),
+    ([(8, 6), (8, 9), (8, 6)], 1, (False, "a model on cuda:0, cuda:2 (not sm_89) keeps PyTorch's ops")),
+])
+def test_doctor_names_the_hosts_other_gpus(monkeypatch, caps, current, expect):
+    """Notes [a kernel called with tensors on another GPU] and [a card of another GPU's arch], on faked GPUs."""
+    import torch
+
+    from forge_backend import doctor
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(caps))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=None: caps[current if i is None else i])
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: f"GPU {current if i is None else i}")
+    check = doctor._other_gpus()
+    if expect is None:
+        assert check is None
+        return
+    assert (check.ok, check.warn) == (expect[0], not expect[0]) and expect[1] in check.detail, check.detail
+    assert f"cuda:{current} " not in check.detail  # the current GPU has its own line
+
+
 def test_cards_prints_every_signature(tmp_path):
     out = runner.invoke(app, ["cards", QUICKSTART, "--json", str(tmp_path / "cards.json")])
     assert out.exit_code == 0, out.output
