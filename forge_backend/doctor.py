@@ -51,18 +51,16 @@ def _other_gpus() -> Check | None:
 
     if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
         return None
+    from .signature import arch_of
+
     here = torch.cuda.current_device()
-
-    def arch(i: int) -> str:
-        major, minor = torch.cuda.get_device_capability(i)
-        return f"sm_{major}{minor}"
-
-    others = [i for i in range(torch.cuda.device_count()) if i != here]
-    odd = [i for i in others if arch(i) != arch(here)]
-    listed = ", ".join(f"cuda:{i} {torch.cuda.get_device_name(i)} ({arch(i)})" for i in others)
+    archs = {i: arch_of(torch.device("cuda", i)) for i in range(torch.cuda.device_count())}
+    others = [i for i in archs if i != here]
+    odd = [i for i in others if archs[i] != archs[here]]
+    listed = ", ".join(f"cuda:{i} {torch.cuda.get_device_name(i)} ({archs[i]})" for i in others)
     if not odd:
         return Check("GPUs", True, f"{listed}: the current GPU's arch, so models there run kforge's kernels")
-    return Check("GPUs", False, f"{listed}: a model on {', '.join(f'cuda:{i}' for i in odd)} (not {arch(here)}) keeps "
+    return Check("GPUs", False, f"{listed}: a model on {', '.join(f'cuda:{i}' for i in odd)} (not {archs[here]}) keeps "
                                 "PyTorch's ops unless that GPU is made current (torch.cuda.set_device) before "
                                 "compiling; prewarm's --gpus takes GPUs of one arch", warn=True)
 

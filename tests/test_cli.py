@@ -58,7 +58,8 @@ def test_doctor_names_the_hosts_other_gpus(monkeypatch, caps, current, expect):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: len(caps))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: current)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=None: caps[current if i is None else i])
+    monkeypatch.setattr(torch.cuda, "get_device_capability",
+                        lambda d=None: caps[current if d is None else getattr(d, "index", d)])
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: f"GPU {current if i is None else i}")
     check = doctor._other_gpus()
     if expect is None:

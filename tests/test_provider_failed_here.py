@@ -16,14 +16,6 @@ from forge_backend.store import ShippedStore, TieredStore
 from test_store import make_record  # noqa: E402 (tests/ is on sys.path under pytest's default import mode)
 
 
-class Calls:
-    """What the fakes were asked, in order."""
-
-    def __init__(self, reverify_ok: bool, searched_decision: str = "kernel") -> None:
-        self.reverify_ok, self.searched_decision = reverify_ok, searched_decision
-        self.log: list[str] = []
-
-
 @pytest.fixture
 def world(tmp_path: Path, monkeypatch):
     """A provider over an empty local cache and a shipped tier that holds one (untrusted) record, and a function
@@ -38,7 +30,7 @@ def world(tmp_path: Path, monkeypatch):
         provider = cuda_provider.CudaProvider(cfg)
         provider.store = TieredStore(provider.local, ShippedStore(shipped_dir))
         provider._client = object()  # no worker process: every use of it is faked below
-        calls = Calls(reverify_ok, searched_decision)
+        calls = SimpleNamespace(log=[])  # what the fakes were asked, in order
 
         def reverified_locally(record, client, cfg_, local, reverify=None):
             calls.log.append("reverify")

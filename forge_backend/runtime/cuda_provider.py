@@ -13,7 +13,7 @@ refuses, and a record can simply be wrong. Such a record is then treated as a mi
 signature is searched on this GPU, and the winner (or PyTorch's decision) goes to the local cache, whose tier comes
 before the shipped one, so the next compile takes it without asking the failed record again (``kforge prewarm`` does
 the same: Note [a shipped record in a prewarm] in prewarm.py). Without a search the op stays with PyTorch, and the
-failure is remembered for the rest of the process (the record's integrity digest with the reason), so a model that
+failure is remembered for the rest of the process (by the record's integrity digest), so a model that
 meets the signature in several graphs re-verifies it once; a new process asks again, as the record may have been
 replaced. The counter ``kforge.reverify_failed`` counts them.
 
@@ -92,8 +92,8 @@ class CudaProvider:
         self._loaded: dict[tuple[str, bool], KernelImpl] = {}  # (key, check) -> loaded kernel
         # key -> (kforge_us, inductor_us) where the kernel beats Inductor's single op, None where it does not
         self._vs_inductor: dict[tuple[str, float], tuple[float, float] | None] = {}
-        # (key, record integrity) -> why the untrusted record failed re-verification on this GPU (the Note above)
-        self._failed_here: dict[tuple[str, str], str] = {}
+        # (key, record integrity) of the untrusted records that failed re-verification on this GPU (the Note above)
+        self._failed_here: set[tuple[str, str]] = set()
 
     @classmethod
     def shared(cls, cfg: KforgeConfig) -> "CudaProvider":
@@ -240,7 +240,7 @@ class CudaProvider:
                 return None
             record, why = reverified_locally(record, self.client, cfg, self.local)
             if record is None:
-                self._failed_here[memo] = why
+                self._failed_here.add(memo)
                 then = "searched here" if cfg.search == "on_miss" else "left to PyTorch"
                 log.warning("kforge: %s record from %s failed re-verification on this GPU (%s); %s", card.op,
                             source, why, then)

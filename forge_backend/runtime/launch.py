@@ -230,40 +230,36 @@ class Launcher:
     def __call__(self, inputs: Sequence[torch.Tensor],
                  out_strides: Sequence[Sequence[int]] | None = None) -> list[torch.Tensor]:
         """The used outputs, fresh, with the card's strides or ``out_strides`` (see ``allocate_outputs``)."""
-        if inputs and inputs[0].get_device() != self._device_index:
-            return self._on_other_gpu(inputs[0].get_device(), inputs, out_strides)
+        index = inputs[0].get_device() if inputs else self._device_index
+        if index != self._device_index:  # Note [a kernel called with tensors on another GPU]
+            sibling = self._sibling(index) if index >= 0 else None
+            if sibling is None:  # a CPU tensor, or a GPU that refused the cubin
+                return self._pytorch(inputs, out_strides, "other_gpu_fallback",
+                                     f"kernel built for cuda:{self._device_index} called with tensors on "
+                                     f"{inputs[0].device}")
+            counters["kforge"]["other_gpu_calls"] += 1
+            with torch.cuda.device(index):
+                return sibling(inputs, out_strides)
         if not self.aligned(inputs) or not self.laid_out(inputs):
             # Note [kernel inputs keep their layout] in rewrite.py: a kernel indexes memory with the strides
             # baked in from its signature, so another layout (or a misaligned pointer) runs PyTorch's op instead
-            if self.fallback is None:
-                raise CandidateFailure("launch", f"an input is not aligned to {self.align} bytes or not laid out as "
-                                                 f"the signature says")
-            counters["kforge"]["layout_fallback"] += 1
-            if out_strides is not None:
-                return conform(self.fallback(inputs), [TensorSpec(s.shape, tuple(st), s.dtype)
-                                                       for s, st in zip(self.out_specs, out_strides)])
-            return conform(self.fallback(inputs), self.out_specs)
+            return self._pytorch(inputs, out_strides, "layout_fallback",
+                                 f"an input is not aligned to {self.align} bytes or not laid out as the signature says")
         counters["kforge"]["kernel_calls"] += 1
         outputs = self.allocate_outputs(out_strides)
         self.launch_into(inputs, outputs)
         return outputs
 
-    def _on_other_gpu(self, index: int, inputs: Sequence[torch.Tensor],
-                      out_strides: Sequence[Sequence[int]] | None) -> list[torch.Tensor]:
-        """Note [a kernel called with tensors on another GPU]: the call on GPU ``index``'s own launcher, under a
-        guard of that GPU; PyTorch's op where there is none (a CPU tensor, another arch)."""
-        sibling = self._sibling(index) if index >= 0 else None
-        if sibling is None:
-            if self.fallback is None:
-                raise CandidateFailure("launch", f"kernel built for cuda:{self._device_index} called with tensors "
-                                                 f"on {inputs[0].device}")
-            counters["kforge"]["other_gpu_fallback"] += 1
-            specs = self.out_specs if out_strides is None else [TensorSpec(s.shape, tuple(st), s.dtype)
-                                                                for s, st in zip(self.out_specs, out_strides)]
-            return conform(self.fallback(inputs), specs)
-        counters["kforge"]["other_gpu_calls"] += 1
-        with torch.cuda.device(index):
-            return sibling(inputs, out_strides)
+    def _pytorch(self, inputs: Sequence[torch.Tensor], out_strides: Sequence[Sequence[int]] | None, counter: str,
+                 why: str) -> list[torch.Tensor]:
+        """PyTorch's op (the fallback) in place of the kernel, its outputs with the card's strides or
+        ``out_strides``, counted as ``kforge.<counter>``; without a fallback, a launch failure saying ``why``."""
+        if self.fallback is None:
+            raise CandidateFailure("launch", why)
+        counters["kforge"][counter] += 1
+        specs = self.out_specs if out_strides is None else [TensorSpec(s.shape, tuple(st), s.dtype)
+                                                            for s, st in zip(self.out_specs, out_strides)]
+        return conform(self.fallback(inputs), specs)
 
     def _sibling(self, index: int) -> "Launcher | None":
         with self._lock:
