@@ -187,7 +187,7 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     card's architecture] in target.py), a lag that leaves loads in flight and covers a block's other pieces of the
     same row (Note [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads
     them all)."""
-    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", "pf", "pfe", *RELAY_KEYS}:
+    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", *RELAY_KEYS}:
         return False  # another strategy's knob (keep, tma, ...): nothing here reads it
     if p.get("hold", True) is not True or p.get("writers", True) is not True:
         return False  # flags (Notes [a row's last piece before the next row's first], [writers of their own]):
@@ -201,10 +201,6 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
         return False
     if "ramp" in p and not 1 <= ramp < k:
         return False  # Note [the first copies a few at a time]: fewer than the slots
-    if "pf" in p and not (isinstance(p["pf"], int) and not isinstance(p["pf"], bool) and 1 <= p["pf"] <= 8):
-        return False  # Note [pieces ahead of the slots prefetched into the L2]
-    if p.get("pfe", True) is not True or ("pfe" in p and "pf" not in p):
-        return False  # a flag of knob pf
     if vec * isz != 16 or cols % vec or pe % (32 * vec * max(nw, 1)) or not 1024 <= pe * isz <= 128 * 1024:
         return False
     if not (1 <= nw and 1 <= nc <= 4 and relay_threads(p) <= 1024 and (own or 1 <= lag) and k <= 16):
@@ -324,6 +320,26 @@ def writers_progress_ok(ppr: int, blocks: int, k: int, nc: int) -> bool:
 # (13.3) and the span grew to 19.7 us (17.4). A wait for a row that early costs every block, since every row waits
 # for pieces of 16 blocks. Not kept: the lag of the roots stays whole from the first piece.
 #
+# Note [pieces ahead of the slots prefetched into the L2: measured, not kept]
+# Forty-fourth session (trial commit a1de6f3, reverted in the commit after it): knob ``pf`` had the loader, once its
+# first K copies were issued, prefetch the block's next PF pieces into the L2 (cp.async.bulk.prefetch.L2.global, which
+# nothing waits on) and, with each later copy into a freed slot, the piece PF after it; with ``pfe`` the first
+# prefetches went out before the first copies. The aim: the bf16 softmax's reads fall to 1.3 TB/s at 5-6 us, every
+# slot full and no row resolved (trace_session38_softmax.log), so the DRAM could read the pieces that wait for slots
+# then, and their copies into freed slots would come from the L2 while the DRAM writes. 8 GPU verifier cases passed
+# (results/h200/gpu_tests_session44_l2_prefetch.log). Measured (one run, the root, the variants, the root, the
+# variants; results/h200/probe_session44_l2_prefetch.json, plan benchmarks/plans/l2_prefetch.sh, which needs the
+# trial's code), in us:
+# - softmax [64,262144] bf16: the root 21.5, 21.6; PF 1 21.8, 21.9; PF 2 22.2, 22.3; PF 2 before the first copies
+#   24.3, 23.9; seven slots, a lag of 4 and PF 1 21.8, 21.6;
+# - the soft cap: the root 29.9, 30.0; PF 2 29.7, 29.7; PF 4 29.6, 29.8; PF 4 before the first copies 31.6, 31.9;
+# - group norm [1,512,128,128] fp32: the root 19.7, 19.5; PF 2 20.1, 20.2; PF 4 20.0, 20.0; PF 2 early 21.8, 23.0;
+# - softmax [64,262144] fp32: the root 35.0, 34.7; PF 2 36.1, 36.0.
+# The bf16 softmax's timeline with PF 2 (results/h200/trace_session44_l2_prefetch.log): the slots' arrivals still dip
+# at 5-6 us (1.4 TB/s), the first write at 6.1 us as before, the last arrival at 14.1 us (13.3) and the span 18.2 us
+# (17.4). The prefetches take DRAM time from the copies that the first rows wait on, and the later copies came no
+# sooner; the soft cap's 1% is within its spread. Not kept.
+#
 # Note [writes as soon as their rows resolve: measured, not kept]
 # Same session and trial commit: knob ``eager`` had the joint relay's consumer warps write piece u as soon as its row
 # was resolved instead of LAG pieces later: one loop polling ``ready`` of the oldest unwritten piece and ``full`` of
@@ -424,7 +440,6 @@ def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int
     return {"PE": pe, "PPR": cdiv(cols, pe), "NPL": pe // (32 * p["vec"] * p["nw"]), "NW": p["nw"],
             "NC": p["nc"], "NT": relay_threads(p), "K": p["k"],
             **({"LAG": p["lag"]} if "lag" in p else {}), **({"RAMP": p["ramp"]} if "ramp" in p else {}),
-            **({"PF": p["pf"]} if "pf" in p else {}),
             **({"REGS": p["regs"], "NS": p["k"] + p["regs"]} if "regs" in p else {}),
             "HEAD": _head(p, vbytes)}
 
@@ -476,17 +491,6 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
         if (t >= RAMP) bar_wait(full + (t - RAMP), 0u);  // Note [the first copies a few at a time]
         issue(t);
       }""" if "ramp" in p else "      for (long long t = 0; t < K && t < n; ++t) issue(t);"
-    pf_fn, pf_first, pf_next = ("""      auto prefetch_l2 = [&](long long t) {  // piece t's bytes into the L2, nothing waits on them
-        const long long g = blockIdx.x + t * NB, row = g / PPR;
-        const int c0 = (int)(g - row * PPR) * PE;
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;"
-                     :: "l"(x + row * COLS + c0), "r"((unsigned)(min(PE, COLS - c0) * sizeof(T))) : "memory");
-      };
-""", """
-      for (long long t = K; t < K + PF && t < n; ++t) prefetch_l2(t);  // Note [pieces ahead of the slots ...]""",
-                         """
-        if (v + K + PF < n) prefetch_l2(v + K + PF);""") if "pf" in p else ("", "", "")
-    pf_early, pf_late = (pf_first.lstrip("\n") + "\n", "") if "pfe" in p else ("", pf_first)
     writers, consumers = (_writer_warps(reduce_piece, write_piece, prefetch, wrote_slot) if "writers" in p
                           else ("", _joint_warps(reduce_piece, write_piece, prefetch, fence)))
     h = held_parts("regs" in p)  # Note [pieces held in the writers' registers] in relay_held.py
@@ -528,10 +532,10 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
                   full + t % K);
         KF_TRACE(true, 0, t);
       }};
-{pf_fn}{pf_early}{first}{pf_late}
+{first}
       for (long long v = 0; v + K < n; ++v) {{
         bar_wait(empty + v % K, (unsigned)(v / K) & 1u);
-        issue(v + K);{pf_next}
+        issue(v + K);
       }}
     }}
     return;
