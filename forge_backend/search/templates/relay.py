@@ -95,6 +95,12 @@ __device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count
 __device__ __forceinline__ void bar_arrive(unsigned long long* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_addr(bar)) : "memory");
 }
+__device__ __forceinline__ bool bar_test(unsigned long long* bar, unsigned parity) {
+  unsigned done;
+  asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+               : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  return done != 0;
+}
 __device__ __forceinline__ void bar_wait(unsigned long long* bar, unsigned parity) {
   unsigned done = 0;
   while (!done)
@@ -187,7 +193,7 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     card's architecture] in target.py), a lag that leaves loads in flight and covers a block's other pieces of the
     same row (Note [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads
     them all)."""
-    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", *RELAY_KEYS}:
+    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", "pf", "pfw", *RELAY_KEYS}:
         return False  # another strategy's knob (keep, tma, ...): nothing here reads it
     if p.get("hold", True) is not True or p.get("writers", True) is not True:
         return False  # flags (Notes [a row's last piece before the next row's first], [writers of their own]):
@@ -201,6 +207,10 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
         return False
     if "ramp" in p and not 1 <= ramp < k:
         return False  # Note [the first copies a few at a time]: fewer than the slots
+    if "pf" in p and not (isinstance(p["pf"], int) and not isinstance(p["pf"], bool) and 1 <= p["pf"] <= 8):
+        return False  # Note [pieces ahead of the slots prefetched into the L2]
+    if p.get("pfw", True) is not True or ("pfw" in p and "pf" not in p):
+        return False  # a flag of knob pf
     if vec * isz != 16 or cols % vec or pe % (32 * vec * max(nw, 1)) or not 1024 <= pe * isz <= 128 * 1024:
         return False
     if not (1 <= nw and 1 <= nc <= 4 and relay_threads(p) <= 1024 and (own or 1 <= lag) and k <= 16):
@@ -440,6 +450,7 @@ def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int
     return {"PE": pe, "PPR": cdiv(cols, pe), "NPL": pe // (32 * p["vec"] * p["nw"]), "NW": p["nw"],
             "NC": p["nc"], "NT": relay_threads(p), "K": p["k"],
             **({"LAG": p["lag"]} if "lag" in p else {}), **({"RAMP": p["ramp"]} if "ramp" in p else {}),
+            **({"PF": p["pf"]} if "pf" in p else {}),
             **({"REGS": p["regs"], "NS": p["k"] + p["regs"]} if "regs" in p else {}),
             "HEAD": _head(p, vbytes)}
 
@@ -491,6 +502,28 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
         if (t >= RAMP) bar_wait(full + (t - RAMP), 0u);  // Note [the first copies a few at a time]
         issue(t);
       }""" if "ramp" in p else "      for (long long t = 0; t < K && t < n; ++t) issue(t);"
+    pf_fn = """      auto prefetch_l2 = [&](long long t) {  // piece t's bytes into the L2, nothing waits on them
+        const long long g = blockIdx.x + t * NB, row = g / PPR;
+        const int c0 = (int)(g - row * PPR) * PE;
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;"
+                     :: "l"(x + row * COLS + c0), "r"((unsigned)(min(PE, COLS - c0) * sizeof(T))) : "memory");
+      };
+      long long pfn = K;  // the next piece to prefetch
+""" if "pf" in p else ""
+    if "pfw" in p:  # Note [pieces ahead of the slots prefetched into the L2]: only while nothing of this block loads
+        pf_first, pf_next = "", """
+        for (const long long last = v + K - 1;
+             !bar_test(empty + v % K, (unsigned)(v / K) & 1u);)  // the slot is not free yet
+          if (pfn < n && pfn <= last + PF && bar_test(full + last % K, (unsigned)(last / K) & 1u))
+            prefetch_l2(pfn++);  // every copy issued has landed: the block's reads would stop"""
+        pf_after = """
+        if (pfn <= v + K) pfn = v + K + 1;"""
+    elif "pf" in p:
+        pf_first, pf_next, pf_after = """
+      for (; pfn < K + PF && pfn < n; ++pfn) prefetch_l2(pfn);  // Note [pieces ahead of the slots ...]""", "", """
+        if (v + K + PF < n) prefetch_l2(v + K + PF);"""
+    else:
+        pf_first = pf_next = pf_after = ""
     writers, consumers = (_writer_warps(reduce_piece, write_piece, prefetch, wrote_slot) if "writers" in p
                           else ("", _joint_warps(reduce_piece, write_piece, prefetch, fence)))
     h = held_parts("regs" in p)  # Note [pieces held in the writers' registers] in relay_held.py
@@ -532,10 +565,10 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
                   full + t % K);
         KF_TRACE(true, 0, t);
       }};
-{first}
-      for (long long v = 0; v + K < n; ++v) {{
+{pf_fn}{first}{pf_first}
+      for (long long v = 0; v + K < n; ++v) {{{pf_next}
         bar_wait(empty + v % K, (unsigned)(v / K) & 1u);
-        issue(v + K);
+        issue(v + K);{pf_after}
       }}
     }}
     return;
