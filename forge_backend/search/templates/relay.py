@@ -95,12 +95,6 @@ __device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count
 __device__ __forceinline__ void bar_arrive(unsigned long long* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_addr(bar)) : "memory");
 }
-__device__ __forceinline__ bool bar_test(unsigned long long* bar, unsigned parity) {
-  unsigned done;
-  asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-               : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
-  return done != 0;
-}
 __device__ __forceinline__ void bar_wait(unsigned long long* bar, unsigned parity) {
   unsigned done = 0;
   while (!done)
@@ -193,7 +187,7 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     card's architecture] in target.py), a lag that leaves loads in flight and covers a block's other pieces of the
     same row (Note [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads
     them all)."""
-    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", "pf", "pfw", *RELAY_KEYS}:
+    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", *RELAY_KEYS}:
         return False  # another strategy's knob (keep, tma, ...): nothing here reads it
     if p.get("hold", True) is not True or p.get("writers", True) is not True:
         return False  # flags (Notes [a row's last piece before the next row's first], [writers of their own]):
@@ -207,10 +201,6 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
         return False
     if "ramp" in p and not 1 <= ramp < k:
         return False  # Note [the first copies a few at a time]: fewer than the slots
-    if "pf" in p and not (isinstance(p["pf"], int) and not isinstance(p["pf"], bool) and 1 <= p["pf"] <= 8):
-        return False  # Note [pieces ahead of the slots prefetched into the L2]
-    if p.get("pfw", True) is not True or ("pfw" in p and "pf" not in p):
-        return False  # a flag of knob pf
     if vec * isz != 16 or cols % vec or pe % (32 * vec * max(nw, 1)) or not 1024 <= pe * isz <= 128 * 1024:
         return False
     if not (1 <= nw and 1 <= nc <= 4 and relay_threads(p) <= 1024 and (own or 1 <= lag) and k <= 16):
@@ -348,7 +338,18 @@ def writers_progress_ok(ppr: int, blocks: int, k: int, nc: int) -> bool:
 # The bf16 softmax's timeline with PF 2 (results/h200/trace_session44_l2_prefetch.log): the slots' arrivals still dip
 # at 5-6 us (1.4 TB/s), the first write at 6.1 us as before, the last arrival at 14.1 us (13.3) and the span 18.2 us
 # (17.4). The prefetches take DRAM time from the copies that the first rows wait on, and the later copies came no
-# sooner; the soft cap's 1% is within its spread. Not kept.
+# sooner.
+# A second trial in the same session (commit 93b3125, reverted in the commit after it) prefetched only when the DRAM
+# would otherwise idle for the block: knob ``pfw`` had the loader, while its next slot was not free, poll that
+# slot's ``empty`` and, once every copy it had issued had landed (mbarrier.test_wait on the last one's ``full``),
+# prefetch its next piece, up to PF ahead. 8 GPU verifier cases passed (gpu_tests_session44_l2_prefetch_idle.log).
+# One run, each twice (probe_session44_l2_prefetch_idle.json, plan l2_prefetch_idle.sh): the bf16 softmax root 21.7,
+# 21.7 against PF 1 22.0, 21.7, PF 2 21.6, 21.9, seven slots 22.0, 21.7; the soft cap root 30.1, 30.1 against PF 2
+# 30.2, 29.8, PF 4 29.7, 29.7 (and PF 4 as in the first trial 30.0, 29.8); the group norm 19.8, 19.8 against PF 1 19.9,
+# 19.9, PF 2 19.7, 19.7; fp32 35.2, 35.3 against 35.0, 35.0. The timeline (trace_session44_l2_prefetch_idle.log) is
+# the root's: span 17.4 us, first write at 6.1, last arrival at 13.3. Over both runs the soft cap with four pieces
+# ahead ran 29.6-29.8 us against its root's 29.9-30.1, about 1%, still under 80% of the copy bandwidth (29.4 us);
+# elsewhere ties or losses. Not kept.
 #
 # Note [writes as soon as their rows resolve: measured, not kept]
 # Same session and trial commit: knob ``eager`` had the joint relay's consumer warps write piece u as soon as its row
@@ -450,7 +451,6 @@ def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int
     return {"PE": pe, "PPR": cdiv(cols, pe), "NPL": pe // (32 * p["vec"] * p["nw"]), "NW": p["nw"],
             "NC": p["nc"], "NT": relay_threads(p), "K": p["k"],
             **({"LAG": p["lag"]} if "lag" in p else {}), **({"RAMP": p["ramp"]} if "ramp" in p else {}),
-            **({"PF": p["pf"]} if "pf" in p else {}),
             **({"REGS": p["regs"], "NS": p["k"] + p["regs"]} if "regs" in p else {}),
             "HEAD": _head(p, vbytes)}
 
@@ -502,28 +502,6 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
         if (t >= RAMP) bar_wait(full + (t - RAMP), 0u);  // Note [the first copies a few at a time]
         issue(t);
       }""" if "ramp" in p else "      for (long long t = 0; t < K && t < n; ++t) issue(t);"
-    pf_fn = """      auto prefetch_l2 = [&](long long t) {  // piece t's bytes into the L2, nothing waits on them
-        const long long g = blockIdx.x + t * NB, row = g / PPR;
-        const int c0 = (int)(g - row * PPR) * PE;
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;"
-                     :: "l"(x + row * COLS + c0), "r"((unsigned)(min(PE, COLS - c0) * sizeof(T))) : "memory");
-      };
-      long long pfn = K;  // the next piece to prefetch
-""" if "pf" in p else ""
-    if "pfw" in p:  # Note [pieces ahead of the slots prefetched into the L2]: only while nothing of this block loads
-        pf_first, pf_next = "", """
-        for (const long long last = v + K - 1;
-             !bar_test(empty + v % K, (unsigned)(v / K) & 1u);)  // the slot is not free yet
-          if (pfn < n && pfn <= last + PF && bar_test(full + last % K, (unsigned)(last / K) & 1u))
-            prefetch_l2(pfn++);  // every copy issued has landed: the block's reads would stop"""
-        pf_after = """
-        if (pfn <= v + K) pfn = v + K + 1;"""
-    elif "pf" in p:
-        pf_first, pf_next, pf_after = """
-      for (; pfn < K + PF && pfn < n; ++pfn) prefetch_l2(pfn);  // Note [pieces ahead of the slots ...]""", "", """
-        if (v + K + PF < n) prefetch_l2(v + K + PF);"""
-    else:
-        pf_first = pf_next = pf_after = ""
     writers, consumers = (_writer_warps(reduce_piece, write_piece, prefetch, wrote_slot) if "writers" in p
                           else ("", _joint_warps(reduce_piece, write_piece, prefetch, fence)))
     h = held_parts("regs" in p)  # Note [pieces held in the writers' registers] in relay_held.py
@@ -565,10 +543,10 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
                   full + t % K);
         KF_TRACE(true, 0, t);
       }};
-{pf_fn}{first}{pf_first}
-      for (long long v = 0; v + K < n; ++v) {{{pf_next}
+{first}
+      for (long long v = 0; v + K < n; ++v) {{
         bar_wait(empty + v % K, (unsigned)(v / K) & 1u);
-        issue(v + K);{pf_after}
+        issue(v + K);
       }}
     }}
     return;
