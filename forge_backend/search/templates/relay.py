@@ -187,7 +187,7 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     card's architecture] in target.py), a lag that leaves loads in flight and covers a block's other pieces of the
     same row (Note [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads
     them all)."""
-    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", *RELAY_KEYS}:
+    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", "depth", *RELAY_KEYS}:
         return False  # another strategy's knob (keep, tma, ...): nothing here reads it
     if p.get("hold", True) is not True or p.get("writers", True) is not True:
         return False  # flags (Notes [a row's last piece before the next row's first], [writers of their own]):
@@ -201,6 +201,8 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
         return False
     if "ramp" in p and not 1 <= ramp < k:
         return False  # Note [the first copies a few at a time]: fewer than the slots
+    if "depth" in p and not (isinstance(p["depth"], int) and not isinstance(p["depth"], bool) and 1 <= p["depth"] < k):
+        return False  # Note [copies in flight after the first]
     if vec * isz != 16 or cols % vec or pe % (32 * vec * max(nw, 1)) or not 1024 <= pe * isz <= 128 * 1024:
         return False
     if not (1 <= nw and 1 <= nc <= 4 and relay_threads(p) <= 1024 and (own or 1 <= lag) and k <= 16):
@@ -451,6 +453,7 @@ def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int
     return {"PE": pe, "PPR": cdiv(cols, pe), "NPL": pe // (32 * p["vec"] * p["nw"]), "NW": p["nw"],
             "NC": p["nc"], "NT": relay_threads(p), "K": p["k"],
             **({"LAG": p["lag"]} if "lag" in p else {}), **({"RAMP": p["ramp"]} if "ramp" in p else {}),
+            **({"DEPTH": p["depth"]} if "depth" in p else {}),
             **({"REGS": p["regs"], "NS": p["k"] + p["regs"]} if "regs" in p else {}),
             "HEAD": _head(p, vbytes)}
 
@@ -502,6 +505,9 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
         if (t >= RAMP) bar_wait(full + (t - RAMP), 0u);  // Note [the first copies a few at a time]
         issue(t);
       }""" if "ramp" in p else "      for (long long t = 0; t < K && t < n; ++t) issue(t);"
+    depth = """
+        if (v + K - DEPTH >= 0)  // Note [copies in flight after the first]: the copy DEPTH before this one landed
+          bar_wait(full + (v + K - DEPTH) % K, (unsigned)((v + K - DEPTH) / K) & 1u);""" if "depth" in p else ""
     writers, consumers = (_writer_warps(reduce_piece, write_piece, prefetch, wrote_slot) if "writers" in p
                           else ("", _joint_warps(reduce_piece, write_piece, prefetch, fence)))
     h = held_parts("regs" in p)  # Note [pieces held in the writers' registers] in relay_held.py
@@ -545,7 +551,7 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
       }};
 {first}
       for (long long v = 0; v + K < n; ++v) {{
-        bar_wait(empty + v % K, (unsigned)(v / K) & 1u);
+        bar_wait(empty + v % K, (unsigned)(v / K) & 1u);{depth}
         issue(v + K);
       }}
     }}
