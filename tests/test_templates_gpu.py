@@ -413,38 +413,6 @@ def test_relay_with_a_ramp_passes_the_verifier(case):
     check(card, {**base, **knobs})
 
 
-# Note [copies in flight after the first] (relay.py): the bf16 softmax's root with one or two copies in flight, a
-# ramp of 1, two resolvers, log_softmax with short last pieces, a prologue evaluated once, a group norm with writers
-# of their own and with pieces held in registers, more pieces a row than blocks
-RELAY_DEPTH = [
-    (tc.softmax((64, 262144), "bfloat16"), {"pe": 16384, "nw": 16, "nc": 1, "k": 6, "lag": 3, "ramp": 2, "depth": 1}),
-    (tc.softmax((64, 262144), "bfloat16"),
-     {"pe": 16384, "nw": 16, "nc": 2, "k": 6, "lag": 3, "ramp": 1, "depth": 2}),
-    (tc.softmax((5, 33000), "float16", log=True), {"pe": 4096, "nw": 8, "nc": 2, "k": 4, "lag": 2, "depth": 1}),
-    (tc.softmax_fused(SOFTCAP, [((3, 70000), "bfloat16")]),
-     {"pe": 8192, "nw": 16, "nc": 1, "k": 10, "lag": 4, "once": True, "ramp": 2, "depth": 3}),
-    (tc.group_norm(1, 64, 200, 200, groups=8, dtype="bfloat16"), {"pe": 16384, "nw": 8, "nc": 1, "k": 7,
-                                                                   "writers": True, "ramp": 2, "depth": 1}),
-    (tc.group_norm(1, 32, 300, 300, groups=4, dtype="float32"),
-     {"pe": 8192, "nw": 4, "nc": 1, "k": 7, "writers": True, "ramp": 2, "regs": 2, "depth": 2}),
-    (tc.softmax((2, 1100000), "float32"), {"pe": 2048, "nw": 8, "nc": 1, "k": 7, "lag": 5, "depth": 1}),
-]
-
-
-@pytest.mark.parametrize("case", RELAY_DEPTH, ids=lambda c: f"{c[0].op.removeprefix('aten.')}-" +
-                         "x".join(map(str, c[0].inputs[0].spec.shape)) + f"-depth{c[1]['depth']}")
-def test_relay_with_copies_in_flight_bounded_passes_the_verifier(case):
-    card, knobs = case
-    drop = ("lag",) if "writers" in knobs else ("writers", "regs")
-    base = {key: v for key, v in family_for(card).defaults(card, "relay").items() if key not in drop}
-    check(card, {**base, **knobs})
-
-
-def test_relay_with_copies_in_flight_bounded_launches_in_a_row_share_one_kept_scratch():
-    launches_in_a_row(RELAY_DEPTH[0][0], {**family_for(RELAY_DEPTH[0][0]).defaults(RELAY_DEPTH[0][0], "relay"),
-                                          **RELAY_DEPTH[0][1]}, 500)
-
-
 # Note [pieces held in the writers' registers] (relay_held.py): the 16 MB fp32 groups (the knob's target), 1 MB and
 # 768 KB groups with half the reducers, bf16, odd sizes with short last pieces, fp16 without affine, log_softmax,
 # a prologue evaluated once into its slot, a ramp, and the progress rule at its limit (538 pieces a row over two

@@ -187,7 +187,7 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     card's architecture] in target.py), a lag that leaves loads in flight and covers a block's other pieces of the
     same row (Note [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads
     them all)."""
-    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", "depth", *RELAY_KEYS}:
+    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", *RELAY_KEYS}:
         return False  # another strategy's knob (keep, tma, ...): nothing here reads it
     if p.get("hold", True) is not True or p.get("writers", True) is not True:
         return False  # flags (Notes [a row's last piece before the next row's first], [writers of their own]):
@@ -201,8 +201,6 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
         return False
     if "ramp" in p and not 1 <= ramp < k:
         return False  # Note [the first copies a few at a time]: fewer than the slots
-    if "depth" in p and not (isinstance(p["depth"], int) and not isinstance(p["depth"], bool) and 1 <= p["depth"] < k):
-        return False  # Note [copies in flight after the first]
     if vec * isz != 16 or cols % vec or pe % (32 * vec * max(nw, 1)) or not 1024 <= pe * isz <= 128 * 1024:
         return False
     if not (1 <= nw and 1 <= nc <= 4 and relay_threads(p) <= 1024 and (own or 1 <= lag) and k <= 16):
@@ -353,6 +351,24 @@ def writers_progress_ok(ppr: int, blocks: int, k: int, nc: int) -> bool:
 # ahead ran 29.6-29.8 us against its root's 29.9-30.1, about 1%, still under 80% of the copy bandwidth (29.4 us);
 # elsewhere ties or losses. Not kept.
 #
+# Note [copies in flight after the first: measured, not kept]
+# The bf16 softmax's timeline by row (forty-fourth session, from the stamps of trace_session44_l2_prefetch_idle.log,
+# whose layout tied the root): row 0's pieces were issued at 0.6 us and seen by the consumers at 1.9-2.8, its last
+# partial published at 4.1, its statistic handed over at 5.3-6.4 and its pieces written at 7.0-7.9. A row's last
+# publish to its first statistic took 1.0-2.7 us while the reads ran (rows 0-39) and 0.5-0.9 us in the write-only
+# tail (rows 42-60): a poll of the scratch's words waits in the same memory queues as the slots' copies, and the
+# consumers wait on those statistics at 5-8 us, where the reads dip. Knob ``depth`` (trial commit b6ac9b5, reverted in
+# the commit after it) issued each copy after the first K only once the copy DEPTH before it had landed, so that the
+# queues stay shorter (a ramp keeps only the first K copies that way). 8 GPU verifier cases passed
+# (results/h200/gpu_tests_session44_copies_in_flight.log). One run, each twice (probe_session44_copies_in_flight.json,
+# plan benchmarks/plans/copies_in_flight.sh, which needs the trial's code), in us: the softmax [64,262144] bf16 root
+# 21.5, 21.7 against DEPTH 1 21.8, 21.7, DEPTH 2 21.6, 21.6, a ramp of 1 with DEPTH 1 22.6, 22.6, two resolvers 22.4,
+# 22.6 (with DEPTH 1 22.6, 22.6); the soft cap root 30.2, 30.0 against DEPTH 1 30.4, 30.3, DEPTH 2 30.1, 30.4, a ramp of
+# 1 32.5, 32.8; the group norm [1,512,128,128] fp32 root 19.7, 19.9 against DEPTH 1 19.9, 19.7, DEPTH 2 20.0, 19.8.
+# With DEPTH 1 the timeline (trace_session44_copies_in_flight.log) kept the root's shape: first write at 6.1 us, last
+# arrival at 13.8, span 17.7 us, a row's last publish to its statistic 1.0 us at the median. After the first K, a
+# block's copies wait on its slots more than on each other, so the bound changed little. Not kept.
+#
 # Note [writes as soon as their rows resolve: measured, not kept]
 # Same session and trial commit: knob ``eager`` had the joint relay's consumer warps write piece u as soon as its row
 # was resolved instead of LAG pieces later: one loop polling ``ready`` of the oldest unwritten piece and ``full`` of
@@ -453,7 +469,6 @@ def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int
     return {"PE": pe, "PPR": cdiv(cols, pe), "NPL": pe // (32 * p["vec"] * p["nw"]), "NW": p["nw"],
             "NC": p["nc"], "NT": relay_threads(p), "K": p["k"],
             **({"LAG": p["lag"]} if "lag" in p else {}), **({"RAMP": p["ramp"]} if "ramp" in p else {}),
-            **({"DEPTH": p["depth"]} if "depth" in p else {}),
             **({"REGS": p["regs"], "NS": p["k"] + p["regs"]} if "regs" in p else {}),
             "HEAD": _head(p, vbytes)}
 
@@ -505,9 +520,6 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
         if (t >= RAMP) bar_wait(full + (t - RAMP), 0u);  // Note [the first copies a few at a time]
         issue(t);
       }""" if "ramp" in p else "      for (long long t = 0; t < K && t < n; ++t) issue(t);"
-    depth = """
-        if (v + K - DEPTH >= 0)  // Note [copies in flight after the first]: the copy DEPTH before this one landed
-          bar_wait(full + (v + K - DEPTH) % K, (unsigned)((v + K - DEPTH) / K) & 1u);""" if "depth" in p else ""
     writers, consumers = (_writer_warps(reduce_piece, write_piece, prefetch, wrote_slot) if "writers" in p
                           else ("", _joint_warps(reduce_piece, write_piece, prefetch, fence)))
     h = held_parts("regs" in p)  # Note [pieces held in the writers' registers] in relay_held.py
@@ -551,7 +563,7 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
       }};
 {first}
       for (long long v = 0; v + K < n; ++v) {{
-        bar_wait(empty + v % K, (unsigned)(v / K) & 1u);{depth}
+        bar_wait(empty + v % K, (unsigned)(v / K) & 1u);
         issue(v + K);
       }}
     }}
