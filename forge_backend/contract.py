@@ -341,9 +341,27 @@ class ResolvedLaunch:
     cooperative: bool = False
 
 
-def resolve_plan(candidate: Candidate, sizes: Mapping[str, int], floats: Mapping[str, float]) -> tuple[
-        tuple[ResolvedLaunch, ...], tuple[ResolvedScratch, ...]]:
-    """Evaluate every expression of the plan for one signature. Returns (launches, scratch buffers)."""
+# Note [the GPU's SM count in a plan]
+# A plan's expressions name the card's sizes, which are the same on every GPU, and one name that is not: ``num_sms``,
+# the streaming multiprocessors of the GPU that launches the kernel (``multi_processor_count``), which the launcher
+# passes when it resolves the plan. A grid of one block per SM then fits the GPU it runs on: a cooperative layout of
+# ``num_sms`` blocks launches on an H100 PCIe's 114 SMs as on the H200's 132, where a grid of 132 is refused, and a
+# kernel must take its block count from ``gridDim`` (the relay does: Note [rows relayed through global memory] in
+# search/templates/relay.py). A plan that names it is resolved per GPU, so the same record serves GPUs of one
+# architecture with different SM counts; it is verified on each (Note [a record that fails here is searched] in
+# runtime/cuda_provider.py).
+NUM_SMS = "num_sms"
+
+
+def resolve_plan(candidate: Candidate, sizes: Mapping[str, int], floats: Mapping[str, float],
+                 num_sms: int | None = None) -> tuple[tuple[ResolvedLaunch, ...], tuple[ResolvedScratch, ...]]:
+    """Evaluate every expression of the plan for one signature, and for a GPU of ``num_sms`` SMs where the plan names
+    them (Note [the GPU's SM count in a plan]; without it such a plan is a PlanError). Returns (launches, scratch
+    buffers)."""
+    if num_sms is not None:
+        if num_sms < 1:
+            raise PlanError(f"a GPU of {num_sms} SMs")
+        sizes = {**sizes, NUM_SMS: num_sms}
     launches = []
     for l in candidate.launches:
         grid = tuple(evaluate(g, sizes) for g in l.grid)

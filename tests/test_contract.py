@@ -126,3 +126,17 @@ def test_persistent_scratch_round_trips_needs_zero_and_leaves_other_plans_alone(
         cand(plan={**PLAN, "scratch": {"s": {"bytes": 8, "persist": True}}})
     with pytest.raises(ContractViolation, match="persist"):
         cand(plan={**PLAN, "scratch": {"s": {"bytes": 8, "zero": True, "persist": "yes"}}})
+
+
+def test_a_plan_may_name_the_gpus_sm_count():
+    """Note [the GPU's SM count in a plan]: ``num_sms`` resolves to the count the launcher passes, a grid of one block
+    per SM; without a count such a plan does not resolve, and a count below 1 is refused."""
+    per_sm = cand(plan={"launches": [{**PLAN["launches"][0], "grid": ["num_sms * 2", 1, 1], "cooperative": True}]})
+    assert resolve_plan(per_sm, {"n": 10}, {"alpha": 1.0}, 132)[0][0].grid == (264, 1, 1)
+    assert resolve_plan(per_sm, {"n": 10}, {"alpha": 1.0}, 114)[0][0].grid == (228, 1, 1)
+    with pytest.raises(PlanError, match="unknown size 'num_sms'"):
+        resolve_plan(per_sm, {"n": 10}, {"alpha": 1.0})
+    with pytest.raises(PlanError, match="0 SMs"):
+        resolve_plan(per_sm, {"n": 10}, {"alpha": 1.0}, 0)
+    (l,), _ = resolve_plan(cand(), {"n": 10}, {"alpha": 1.0}, 114)  # a plan that does not name it: unchanged
+    assert l.grid == resolve_plan(cand(), {"n": 10}, {"alpha": 1.0})[0][0].grid

@@ -12,7 +12,7 @@ import re
 import pytest
 
 import template_cards as tc
-from forge_backend.contract import ResolvedScratch, resolve_plan, screen
+from forge_backend.contract import PlanError, ResolvedScratch, resolve_plan, screen
 from forge_backend.search.proposer import ParentView
 from forge_backend.search.templates import FAMILIES, TemplateProposer, family_for, family_name
 from forge_backend.search.templates.common import SMS, freeze
@@ -174,7 +174,7 @@ def _params_to_check(fam, card) -> list[tuple[str, dict]]:
 
 def _check_plan(card, candidate) -> None:
     screen(candidate)
-    launches, scratch = resolve_plan(candidate, card.sizes, card.floats)
+    launches, scratch = resolve_plan(candidate, card.sizes, card.floats, SMS)
     inputs = {t.name for t in card.inputs}
     outputs = {int(t.name[3:]) for t in card.outputs}
     scratch_names = {s.name for s in scratch}
@@ -274,7 +274,7 @@ def test_cluster_softmax_can_keep_its_chunk_in_shared_memory() -> None:
     smem = sm.defaults(card, "cluster")
     assert smem in sm.seeds(card) and smem["cache"] == "smem"
     root = dict(sm.actions(card, smem))["cache smem -> reg"]
-    launches, _ = resolve_plan(sm.generate(card, smem), card.sizes, card.floats)
+    launches, _ = resolve_plan(sm.generate(card, smem), card.sizes, card.floats, SMS)
     assert launches[0].smem == 262144 // root["cs"] * 4
     _compile_once(sm.generate(card, smem))
     too_big = {**smem, "cs": 2}  # 512 KB per block
@@ -292,7 +292,7 @@ def test_group_norm_sync_can_keep_its_chunk_in_shared_memory() -> None:
     smem = dict(gn.actions(card, root))["cache none -> smem"]
     big = {**smem, "bpt": 512, "block": 256}  # 128 KB of chunk per block: beyond what registers could hold
     assert gn.valid(card, big) and not gn.valid(card, {**big, "cache": "reg"})
-    launches, _ = resolve_plan(gn.generate(card, big), card.sizes, card.floats)
+    launches, _ = resolve_plan(gn.generate(card, big), card.sizes, card.floats, SMS)
     assert launches[0].smem == 512 * 256
     _compile_once(gn.generate(card, big))
     assert not gn.valid(card, {**big, "bpt": 1024, "block": 1024})  # 1 MB: no SM has that much shared memory
@@ -309,7 +309,7 @@ def test_pipe_softmax_walks_the_rows_with_a_fixed_set_of_clusters() -> None:
     assert p == {"strategy": "pipe", "vec": 4, "block": 512, "cs": 16, "clusters": 8, "stream": False}
     assert sm.valid(card, p) and p in sm.seeds(card)
     cand = sm.generate(card, p)
-    launches, _ = resolve_plan(cand, card.sizes, card.floats)
+    launches, _ = resolve_plan(cand, card.sizes, card.floats, SMS)
     assert launches[0].grid[0] == 8 * 16 and launches[0].smem == 262144 // 16 * 4
     assert launches[0].args[-1] == ("i64", 64)  # the rows, resolved from the card's sizes
     assert "__cluster_dims__(CS, 1, 1)" in cand.source and "nx[i]" in cand.source
@@ -344,7 +344,11 @@ def test_relay_softmax_streams_pieces_through_every_sm() -> None:
     assert p == {"strategy": "relay", "vec": 4, "pe": 8192, "nw": 16, "nc": 1, "k": 6, "lag": 3, "ramp": 2}
     assert sm.valid(card, p) and sm.seeds(card)[0] == p and sm.seeds(card)[1]["strategy"] == "cluster"
     cand = sm.generate(card, p)
-    (l,), scratch = resolve_plan(cand, card.sizes, card.floats)
+    # Note [the GPU's SM count in a plan]: one block per SM of the GPU that launches it
+    with pytest.raises(PlanError, match="unknown size 'num_sms'"):
+        resolve_plan(cand, card.sizes, card.floats)
+    assert resolve_plan(cand, card.sizes, card.floats, 114)[0][0].grid == (114, 1, 1)
+    (l,), scratch = resolve_plan(cand, card.sizes, card.floats, SMS)
     assert l.cooperative and l.grid == (SMS, 1, 1) and l.block == (19 * 32, 1, 1)  # 16 + 1 + loader + publisher
     assert l.smem == 6 * 32 * 1024 + 1024  # the slots, after 6 x (4 mbarriers, 16 warp partials, a statistic)
     # 32 pieces a row, one marked word each, then the epoch and the count; zeroed once and kept between launches
@@ -501,7 +505,7 @@ def test_relay_group_norm_takes_groups_as_rows() -> None:
     # joint relay is a seed instead); from six slots it is
     assert "writers True -> False" not in dict(gn.actions(card, root))
     assert dict(gn.actions(card, {**root, "k": 6}))["writers True -> False"] == {**p, "lag": 4, "ramp": 2}
-    (w,), _ = resolve_plan(gn.generate(card, root), card.sizes, card.floats)
+    (w,), _ = resolve_plan(gn.generate(card, root), card.sizes, card.floats, SMS)
     assert w.block == (19 * 32, 1, 1)  # 8 reducers, 1 resolver, the loader, the publisher, 8 writers
     # Note [relay pieces of 48 KB: an action, not the root]: pieces 1.5 times larger in the same slot bytes are one
     # action away, and the action back gives 32 KB pieces in 6 slots again; 1.5 times the consumer warps too
@@ -512,7 +516,7 @@ def test_relay_group_norm_takes_groups_as_rows() -> None:
     assert "nw 16 -> 24" not in dict(gn.actions(card, p))  # 32 KB pieces do not split over 24 warps' packs
     _compile_once(gn.generate(card, {**wide, "nw": 24}))
     cand = gn.generate(card, p)
-    (l,), scratch = resolve_plan(cand, card.sizes, card.floats)
+    (l,), scratch = resolve_plan(cand, card.sizes, card.floats, SMS)
     assert l.cooperative and l.grid == (SMS, 1, 1) and l.block == (19 * 32, 1, 1)
     assert [a for a, _ in l.args] == ["in", "in", "in", "out", "out", "out", "f32", "scratch", "i64"]
     assert l.args[-1] == ("i64", 32)
@@ -552,7 +556,7 @@ def test_four_byte_group_norms_try_half_the_reducers_second() -> None:
     assert root["strategy"] == "relay" and root["writers"] and root["nw"] == 8
     half = gn.seeds(card)[1]
     assert half == {**root, "nw": 4} and gn.valid(card, half)
-    (w,), _ = resolve_plan(gn.generate(card, half), card.sizes, card.floats)
+    (w,), _ = resolve_plan(gn.generate(card, half), card.sizes, card.floats, SMS)
     assert w.block == (11 * 32, 1, 1)  # 4 reducers, 1 resolver, the loader, the publisher, 4 writers
     assert gn.seeds(card)[2] == gn.defaults(card, "relay")  # then the relay without writers, as for bf16
     labels = seed_labels(gn.seeds(card))
@@ -572,12 +576,12 @@ def test_group_norm_cluster_keeps_each_group_on_one_cluster() -> None:
     assert p in gn.seeds(card)
     cand = gn.generate(card, p)
     assert "__cluster_dims__(K, 1, 1)" in cand.source and not cand.scratch
-    launches, _ = resolve_plan(cand, card.sizes, card.floats)
+    launches, _ = resolve_plan(cand, card.sizes, card.floats, SMS)
     ng = card.sizes["N"] * card.sizes["G"]
     assert launches[0].grid[0] == ng * 16 and launches[0].smem == 0
     _compile_once(cand)
     smem = dict(gn.actions(card, p))["cache reg -> smem"]
-    launches, _ = resolve_plan(gn.generate(card, smem), card.sizes, card.floats)
+    launches, _ = resolve_plan(gn.generate(card, smem), card.sizes, card.floats, SMS)
     assert launches[0].smem == card.sizes["group_size"] // 16 * 2
     _compile_once(gn.generate(card, smem))
     assert not gn.valid(card, {**p, "cs": 8})  # 256 KB per block: over the register budget
@@ -596,7 +600,7 @@ def test_group_norm_pipe_walks_the_groups_with_a_fixed_set_of_clusters() -> None
     assert p == {"strategy": "pipe", "vec": 8, "block": 1024, "cs": 16, "clusters": 8, "stream": False}
     assert gn.valid(card, p) and p in gn.seeds(card)
     cand = gn.generate(card, p)
-    launches, _ = resolve_plan(cand, card.sizes, card.floats)
+    launches, _ = resolve_plan(cand, card.sizes, card.floats, SMS)
     assert launches[0].grid[0] == 8 * 16 and launches[0].smem == card.sizes["group_size"] // 16 * 2
     assert "nx[i]" in cand.source and "cpart[it & 1]" in cand.source and not cand.scratch
     _compile_once(cand)
@@ -617,7 +621,7 @@ def test_softmax_cluster_keeps_part_of_its_chunk_and_rereads_the_rest_first() ->
     p = {"strategy": "cluster", "vec": 4, "block": 256, "cs": 16, "cache": "smem", "keep": 6, "stream": True}
     assert sm.valid(card, p)
     cand = sm.generate(card, p)
-    launches, _ = resolve_plan(cand, card.sizes, card.floats)
+    launches, _ = resolve_plan(cand, card.sizes, card.floats, SMS)
     assert launches[0].smem == 6 * 256 * 4 * 4 and launches[0].grid[0] == 64 * 16
     src = cand.source
     assert "for (int i = KEEP; i < NIT; ++i)" in src and "for (int i = 0; i < KEEP; ++i)" in src
@@ -659,7 +663,7 @@ def test_group_norm_cluster_keeps_part_of_its_chunk() -> None:
     p = {"strategy": "cluster", "vec": 8, "block": 512, "cs": 16, "cache": "smem", "keep": 6, "stream": False}
     assert gn.valid(card, p)
     cand = gn.generate(card, p)
-    launches, _ = resolve_plan(cand, card.sizes, card.floats)
+    launches, _ = resolve_plan(cand, card.sizes, card.floats, SMS)
     assert launches[0].smem == 6 * 512 * 8 * 2
     src = cand.source
     write = src[src.index("const float4 st = cstat"):]
@@ -740,7 +744,7 @@ def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
     assert dict(conv.actions(card, window))["cfirst False -> True"] == {**window, "cfirst": True}
     first = conv.generate(card, {**window, "cfirst": True})  # Note [channel tiles first]
     assert "constexpr int CFIRST = 1;" in first.source
-    assert resolve_plan(first, card.sizes, card.floats)[0][0].grid == (8192 // 64, 2051 // 64 + 1, 1)
+    assert resolve_plan(first, card.sizes, card.floats, SMS)[0][0].grid == (8192 // 64, 2051 // 64 + 1, 1)
     assert not conv.valid(card, {**plain, "vec": 16})  # 32 bytes: past a 16-byte load
     assert not conv.valid(card, {**plain, "tc": 8, "vec": 16})
     assert not conv.valid(card, {k: v for k, v in window.items() if k != "vec"})  # a window loads vectors
@@ -749,14 +753,14 @@ def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
     assert "ldp<T, VEC>(x + n * XS0 + cb + l * XS2)" in win.source and win.requires_align == 16
     assert "constexpr int VEC = 8, R = 8, NVEC = TC / VEC, W = R + K - 1;" in win.source
     _compile_once(win)
-    launches, _ = resolve_plan(win, card.sizes, card.floats)
+    launches, _ = resolve_plan(win, card.sizes, card.floats, SMS)
     assert launches[0].grid == (2051 // 64 + 1, 8192 // 64, 1) and launches[0].block == (64, 1, 1)
     odd_c = tc.causal_conv1d(33, 70, k=7, dtype="float16")  # 33 channels: a vector would straddle two rows
     assert conv.root_params(odd_c) == plain and not conv.valid(odd_c, {**plain, "vec": 2})
     # 100 channels: 8-byte vectors only, so no chunks (16-byte vectors in and out)
     assert conv.seeds(tc.causal_conv1d(100, 130))[:4] == [{**pairs, "vec": 4}, {**rows, "vec": 4},
                                                           {**plain, "vec": 4}, {**window, "vec": 4}]
-    launches, _ = resolve_plan(cand, card.sizes, card.floats)
+    launches, _ = resolve_plan(cand, card.sizes, card.floats, SMS)
     assert launches[0].grid == (2051 // 64 + 1, 8192 // 64, 1)  # L_out = 2048 + 2 * 3 - 4 + 1
     odd = CARDS["dwconv_odd_f32"][0]()
     src = conv.generate(odd, conv.root_params(odd)).source
@@ -786,7 +790,7 @@ def test_depthwise_conv1d_rows_keep_weights_in_registers_and_store_rows() -> Non
     assert "__shared__ float ws[TC][K + 1];" in cand.source and "wr[q] = ws[i][q];" in cand.source  # weights once
     assert "yr[r * 32] = from_f<TO>(acc);" in cand.source
     assert cand.requires_align == 16
-    launches, _ = resolve_plan(cand, card.sizes, card.floats)
+    launches, _ = resolve_plan(cand, card.sizes, card.floats, SMS)
     assert launches[0].kernel == "dwconv1d_rows" and launches[0].grid == (2051 // 128 + 1, 8192 // 64, 1)
     _compile_once(cand)
     assert "RS = 135," in conv.generate(tc.causal_conv1d(64, 300, k=7), {**rows, "vec": 8}).source  # 128 + 6, odd
@@ -807,7 +811,7 @@ def test_depthwise_conv1d_rows_keep_weights_in_registers_and_store_rows() -> Non
     # Note [the next tile's loads in flight]: steps position tiles per block, a smaller grid, one knob away
     stepped = conv.generate(card, {**rows, "steps": 4})
     assert "STEPS = 4;" in stepped.source and "load(l0 + TL);" in stepped.source and "steps=4" in stepped.description
-    assert resolve_plan(stepped, card.sizes, card.floats)[0][0].grid == (5, 8192 // 64, 1)  # 17 tiles in fours
+    assert resolve_plan(stepped, card.sizes, card.floats, SMS)[0][0].grid == (5, 8192 // 64, 1)  # 17 tiles in fours
     assert acts["steps 1 -> 2"] == {**rows, "steps": 2}
     assert dict(conv.actions(card, {**rows, "steps": 2}))["steps 2 -> 1"] == rows
     assert not conv.valid(card, {**rows, "steps": 1})  # one step is the plain kernel: no key
@@ -1032,7 +1036,7 @@ def test_depthwise_conv1d_rows_in_pairs_shift_odd_rows_and_store_pairs() -> None
     assert "*reinterpret_cast<const float2*>(sr + r * 64 + 2 * h)" in cand.source  # float2 reads
     assert "*reinterpret_cast<unsigned*>(yr + r * 64)" in cand.source  # one store per pair
     assert "2 positions per lane" in cand.description and cand.requires_align == 16
-    launches, _ = resolve_plan(cand, card.sizes, card.floats)
+    launches, _ = resolve_plan(cand, card.sizes, card.floats, SMS)
     assert launches[0].kernel == "dwconv1d_rows2" and launches[0].grid == (17, 8192 // 64, 1)
     _compile_once(cand)
     assert "RS = 138," in conv.generate(tc.causal_conv1d(64, 300, k=7), pairs).source  # 128 + 9 -> 138
@@ -1073,7 +1077,7 @@ def test_depthwise_conv1d_chunks_store_aligned_vectors_of_each_row() -> None:
     assert "const int sh = (int)((YS1 * u) % VEC), l = lb - sh;" in cand.source
     assert "store16(yr, a);" in cand.source and "win[w] = s[j * VEC + w][SWZ(j * VEC + w, v)];" in cand.source
     assert cand.requires_align == 16 and cand.launches[0].kernel == "dwconv1d_chunks"
-    launches, _ = resolve_plan(cand, card.sizes, card.floats)
+    launches, _ = resolve_plan(cand, card.sizes, card.floats, SMS)
     assert launches[0].grid == (9, 8192 // 64, 1)  # 2051 + 7 positions: 9 tiles of 256
     _compile_once(cand)
     direct = conv.generate(card, {**chunks, "direct": True}).source
@@ -1183,7 +1187,7 @@ def test_resident_softmax_holds_a_tensor_that_fits_on_chip() -> None:
     assert p == {"strategy": "resident", "vec": 8, "nt": 1024, "rpt": 2, "ch": 1024} and sm.valid(card, p)
     assert not sm.valid(card, {**p, "rpt": 1})  # 14864 packs would not fit in shared memory
     cand = sm.generate(card, p)
-    (l,), scratch = resolve_plan(cand, card.sizes, card.floats)
+    (l,), scratch = resolve_plan(cand, card.sizes, card.floats, SMS)
     assert l.cooperative and l.grid == (SMS, 1, 1) and l.block == (1024, 1, 1) and l.smem == 13840 * 16 <= SMEM_LIMIT
     assert [(s.nbytes, s.zero, s.persist) for s in scratch] == [(SMS * 16 + 8, True, True)]  # two words a block
     assert "narrow(xv(" not in cand.source and "constexpr int NCH = 14;" in cand.source

@@ -413,6 +413,50 @@ def test_relay_with_a_ramp_passes_the_verifier(case):
     check(card, {**base, **knobs})
 
 
+# Note [the GPU's SM count in a plan] (contract.py): relay roots launched as GPUs with fewer SMs would launch them (an
+# H100 PCIe's 114, an H20's 78, 100), one block per SM: the joint relay, a prologue evaluated once, writers of their
+# own, pieces held in registers (512 pieces a group: up to 7 a block at 78)
+RELAY_FEWER_SMS = [
+    (tc.softmax((64, 262144), "bfloat16"), None, 114),
+    (tc.softmax((64, 262144), "bfloat16"), None, 78),
+    (tc.softmax_fused(SOFTCAP, [((64, 262144), "bfloat16")]), None, 100),
+    (tc.group_norm(1, 512, 128, 128, dtype="float32", used=(0,)), None, 114),
+    (tc.group_norm(1, 128, 1024, 1024, dtype="float32", used=(0,)), None, 78),
+]
+
+
+@pytest.mark.parametrize("case", RELAY_FEWER_SMS, ids=lambda c: f"{c[0].op.removeprefix('aten.')}-" +
+                         "x".join(map(str, c[0].inputs[0].spec.shape)) + f"-{c[2]}sms")
+def test_relay_launched_on_fewer_sms_passes_the_verifier(case):
+    card, params, sms = case
+    fam = family_for(card)
+    params = params or fam.root_params(card)
+    assert params["strategy"] == "relay", params
+    cand = fam.generate(card, params)
+    run = Launcher(card, cand, compile_candidate(cand, card.arch).cubin, DEV, num_sms=sms)
+    assert run.launches[0].grid == (sms, 1, 1)
+    rep = verify(card, run.launch_into, run.allocate_outputs, DEV)
+    assert rep.ok, (card.op, params, sms, rep.failed_check, rep.message)
+
+
+def test_relay_with_too_few_sms_for_its_layout_returns_instead_of_waiting():
+    """538 pieces a row over 66 blocks puts up to 9 of a row in one block, which a lag of 5 does not cover: every
+    block returns as it starts, the outputs stay unwritten and the verifier refuses the kernel (it would wait forever
+    for pieces its own consumers cannot reach); at 132 blocks the same kernel passes."""
+    card = tc.softmax((2, 1100000), "float32")
+    fam = family_for(card)
+    params = {k: v for k, v in fam.defaults(card, "relay").items() if k not in ("writers", "regs")} | {
+        "pe": 2048, "nw": 8, "nc": 1, "k": 7, "lag": 5}
+    cand = fam.generate(card, params)
+    cubin = compile_candidate(cand, card.arch).cubin
+    few = Launcher(card, cand, cubin, DEV, num_sms=66)
+    rep = verify(card, few.launch_into, few.allocate_outputs, DEV)
+    assert not rep.ok and rep.failed_check == "unwritten", (rep.failed_check, rep.message)
+    torch.cuda.synchronize()  # the context is still usable: nothing trapped
+    run = Launcher(card, cand, cubin, DEV, num_sms=132)
+    assert verify(card, run.launch_into, run.allocate_outputs, DEV).ok
+
+
 # Note [pieces held in the writers' registers] (relay_held.py): the 16 MB fp32 groups (the knob's target), 1 MB and
 # 768 KB groups with half the reducers, bf16, odd sizes with short last pieces, fp16 without affine, log_softmax,
 # a prologue evaluated once into its slot, a ramp, and the progress rule at its limit (538 pieces a row over two

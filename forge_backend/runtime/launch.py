@@ -15,8 +15,9 @@ Inductor calls a graph under a guard of the graph's device while an eager graph 
 was, the kernel would run on the wrong GPU's stream, with pointers into another GPU's memory. So a call whose first
 input is on another GPU goes to a sibling launcher of that GPU (the same card, candidate and cubin, loaded there once,
 under a device guard, as is each of its calls): same-arch GPUs, since the card's arch is that of the tensors' GPU and
-the cubin was built for it. A sibling that cannot be built (another arch's GPU refuses the cubin) leaves that GPU's
-calls to PyTorch's op (the fallback), logged once. Counted as ``kforge.other_gpu_calls`` and
+the cubin was built for it. The sibling resolves the plan for its own GPU, whose SM count may differ (Note [the
+GPU's SM count in a plan] in contract.py). A sibling that cannot be built (another arch's GPU refuses the cubin)
+leaves that GPU's calls to PyTorch's op (the fallback), logged once. Counted as ``kforge.other_gpu_calls`` and
 ``kforge.other_gpu_fallback``.
 """
 from __future__ import annotations
@@ -154,10 +155,17 @@ class Launcher:
     """Runs one candidate for one card. ``__call__(inputs)`` returns the used outputs (fresh tensors)."""
 
     def __init__(self, card: OperatorCard, candidate: Candidate, cubin: bytes, device: torch.device,
-                 fallback: Callable[[Sequence[torch.Tensor]], list[torch.Tensor]] | None = None) -> None:
+                 fallback: Callable[[Sequence[torch.Tensor]], list[torch.Tensor]] | None = None,
+                 num_sms: int | None = None) -> None:
+        """``num_sms``: the SM count the plan's ``num_sms`` takes (Note [the GPU's SM count in a plan] in
+        contract.py), the device's by default; tests pass fewer to run a kernel as a smaller GPU would."""
         self.card, self.candidate, self.device = card, candidate, device
+        self._device_index = device.index if device.index is not None else torch.cuda.current_device()
+        if num_sms is None:
+            num_sms = torch.cuda.get_device_properties(self._device_index).multi_processor_count
+        self.num_sms = num_sms
         try:
-            self.launches, self.scratch = resolve_plan(candidate, card.sizes, card.floats)
+            self.launches, self.scratch = resolve_plan(candidate, card.sizes, card.floats, num_sms)
         except (PlanError, ContractViolation) as e:
             raise CandidateFailure("plan", str(e)) from e
         self.module = load_module(cubin, sorted({l.kernel for l in self.launches}), device)
@@ -177,7 +185,6 @@ class Launcher:
         self._graph_refused = False
         self._cubin = cubin
         self._siblings: dict[int, Launcher | None] = {}  # Note [a kernel called with tensors on another GPU]
-        self._device_index = device.index if device.index is not None else torch.cuda.current_device()
         self._raise_smem_limits()
         self._validate_pointers()
 

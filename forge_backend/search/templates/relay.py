@@ -44,8 +44,12 @@ successive pieces; with LAG >= c - 1 the consumers reduce the last of them befor
 and every piece a resolver waits for is published by a block that waits on nothing later. (The first version asked
 NB >= PPR; rows of up to 1024 pieces now qualify, and a resolver whose previous piece was in the same row reuses its
 statistic instead of polling again.) That needs every block resident at once: the launch is cooperative
-(contract.py), so a device with fewer SMs refuses it instead of hanging, and a poll that never ends traps. A kernel
-of another stream that holds SMs only delays the blocks that wait for them.
+(contract.py), one block per SM of the GPU that launches it (the plan's ``num_sms``: Note [the GPU's SM count in a
+plan] in contract.py), and a poll that never ends traps. A kernel of another stream that holds SMs only delays the
+blocks that wait for them. ``relay_valid`` checks the rule for the H200's 132 blocks; a GPU with fewer SMs puts more
+of a row's pieces in each block, so the kernel checks the rule again for its own grid as it starts, and where it
+fails every block returns at once, its outputs unwritten (the verifier refuses the kernel there), instead of
+waiting forever.
 
 Marks: every launch writes every word once, so a word written by the previous launch carries the previous mark.
 The scratch is kept between launches (Note [scratch kept between launches] in contract.py): zeroed on the first
@@ -83,7 +87,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...contract import Launch
+from ...contract import NUM_SMS, Launch
 from .common import SMEM_ADDR, SMEM_LIMIT, SMS, cdiv, flag_knob, knob, launch, scale_knob
 from .relay_held import (MAX_REGS, held_head_bytes, held_knob, held_parts, held_progress_ok, held_regs,
                          held_writer_warps)
@@ -461,7 +465,7 @@ def relay_launch(kernel: str, p: dict[str, Any], args: list[str], isz: int, vbyt
     [64, 262144] bf16 23.4-23.6 us plain against 23.0-23.3, fp32 35.9 against 35.5, the soft cap 33.2-33.3 against
     32.8-33.0, the group norm [2, 1536, 64, 64] fp32 30.0 against 28.5), and an empty kernel's launch costs the same
     either way (launch_cost_session29.md)."""
-    return launch(kernel, SMS, relay_threads(p), args, relay_smem(p, isz, vbytes), cooperative=True)
+    return launch(kernel, NUM_SMS, relay_threads(p), args, relay_smem(p, isz, vbytes), cooperative=True)
 
 
 def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int]:
@@ -520,6 +524,10 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
         if (t >= RAMP) bar_wait(full + (t - RAMP), 0u);  // Note [the first copies a few at a time]
         issue(t);
       }""" if "ramp" in p else "      for (long long t = 0; t < K && t < n; ++t) issue(t);"
+    # the progress rule (relay_valid) for this launch's block count: a block holds up to ceil(PPR / NB) of a row
+    held = "(PPR + NB - 1) / NB"
+    progress = (f"K + REGS >= {held}" if "regs" in p else f"K >= {held} + 1") if "writers" in p \
+        else f"LAG >= {held} - 1"
     writers, consumers = (_writer_warps(reduce_piece, write_piece, prefetch, wrote_slot) if "writers" in p
                           else ("", _joint_warps(reduce_piece, write_piece, prefetch, fence)))
     h = held_parts("regs" in p)  # Note [pieces held in the writers' registers] in relay_held.py
@@ -538,6 +546,7 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
   T* slots = reinterpret_cast<T*>(dsm + HEAD);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const long long NB = gridDim.x, np = rows * PPR;
+  if (!({progress})) return;  // too few blocks for this layout (Note [rows relayed ...], progress): none waits
   const long long n = blockIdx.x < np ? (np - 1 - blockIdx.x) / NB + 1 : 0;  // this block's pieces: b, b + NB, ...
   unsigned* ctl = reinterpret_cast<unsigned*>(part + np);  // the epoch and the blocks that have read it
   __shared__ unsigned fin;  // the block's resolvers that have read the epoch (the publisher is not counted)
