@@ -30,6 +30,7 @@ def _gpu() -> Check:
     if not torch.cuda.is_available():
         return Check("GPU", False, "no CUDA GPU visible: kforge captures graphs and leaves every op to PyTorch; "
                                    "kernels need an NVIDIA GPU (sm_80 or newer)", warn=True)
+    from .search.templates.common import SMS
     from .search.templates.target import Target
 
     major, minor = torch.cuda.get_device_capability()
@@ -38,8 +39,12 @@ def _gpu() -> Check:
         return Check("GPU", False, f"{gpu}: kforge's kernel templates need sm_80 or newer, so every op stays with "
                                    "PyTorch here (an LLM proposer may still try)", warn=True)
     layouts = "every template layout" if t.sm90_features else "the templates without sm_90's cluster and relay layouts"
-    return Check("GPU", True, f"{gpu}, torch CUDA {torch.version.cuda}: {layouts}, blocks of up to "
-                              f"{t.smem_limit // 1024} KB of shared memory")
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    grids = "" if sms == SMS else (f"; grids are sized for the H200's {SMS} SMs, but the relay's take this GPU's {sms}"
+                                   " (Note [the GPU's SM count in a plan] in contract.py)" if t.sm90_features else
+                                   f"; grids are sized for the H200's {SMS} SMs")
+    return Check("GPU", True, f"{gpu}, {sms} SMs, torch CUDA {torch.version.cuda}: {layouts}, blocks of up to "
+                              f"{t.smem_limit // 1024} KB of shared memory{grids}")
 
 
 def _other_gpus() -> Check | None:

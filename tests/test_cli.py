@@ -27,21 +27,33 @@ def test_doctor_reports_each_piece():
         assert name in out.output
 
 
-@pytest.mark.parametrize("cap,expect", [((9, 0), "every template layout, blocks of up to 227 KB"),
-                                        ((8, 6), "without sm_90's cluster and relay layouts, blocks of up to 99 KB"),
-                                        ((7, 5), "need sm_80 or newer, so every op stays with PyTorch")])
-def test_doctor_says_what_the_templates_do_on_this_gpu(monkeypatch, cap, expect):
-    """Note [templates for the card's architecture] (search/templates/target.py), on a GPU faked for the CPU."""
+@pytest.mark.parametrize("cap,sms,expect", [
+    ((9, 0), 132, "132 SMs, torch CUDA"),
+    ((9, 0), 132, "every template layout, blocks of up to 227 KB of shared memory"),
+    ((9, 0), 114, "every template layout, blocks of up to 227 KB of shared memory; grids are sized for the H200's 132 "
+                  "SMs, but the relay's take this GPU's 114"),
+    ((8, 6), 84, "without sm_90's cluster and relay layouts, blocks of up to 99 KB of shared memory; grids are sized "
+                 "for the H200's 132 SMs"),
+    ((7, 5), 40, "need sm_80 or newer, so every op stays with PyTorch")])
+def test_doctor_says_what_the_templates_do_on_this_gpu(monkeypatch, cap, sms, expect):
+    """Note [templates for the card's architecture] (search/templates/target.py) and Note [the GPU's SM count in a
+    plan] (contract.py), on a GPU faked for the CPU."""
+    import types
+
     import torch
 
     from forge_backend import doctor
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: cap)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "some GPU")
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda *a: types.SimpleNamespace(multi_processor_count=sms))
     check = doctor._gpu()
     assert f"some GPU (sm_{cap[0]}{cap[1]})" in check.detail and expect in check.detail
     assert check.ok == (cap >= (8, 0)) and check.warn == (cap < (8, 0))
+    assert ("grids are sized" in check.detail) == (sms != 132 and cap >= (8, 0))
 
 
 @pytest.mark.parametrize("caps,current,expect", [
