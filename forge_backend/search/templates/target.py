@@ -31,8 +31,8 @@ proposer's prompt described the H200 whatever the GPU; the worker's baseline rep
 (runtime/worker.py, gpu_description: name, arch, SMs, opt-in shared memory, L2), which run_search hands to the
 proposers that prompt a model, and on the H200 it reports the 227 KB of the table here.
 
-The SM count is covered only where a layout needs every block resident at once. Grids are sized for the H200's 132
-SMs (``common.SMS``), a guess elsewhere that costs only speed. The relay's grid is one block per SM of the GPU that
+The SM count: grids are sized for the H200's 132 SMs (``common.SMS``), a guess that costs only speed, except in the
+cooperative layouts, whose blocks must all be resident at once. The relay's grid is one block per SM of the GPU that
 launches it (``num_sms``: Note [the GPU's SM count in a plan] in contract.py), so it runs on an H100 PCIe's 114 SMs
 too, where a grid of 132 is refused; its progress rule is checked for 132 blocks by ``relay_valid`` and again by
 the kernel for its own grid (Note [rows relayed through global memory] in relay.py). The other cooperative layouts
