@@ -163,7 +163,6 @@ class Launcher:
         self._device_index = device.index if device.index is not None else torch.cuda.current_device()
         if num_sms is None:
             num_sms = torch.cuda.get_device_properties(self._device_index).multi_processor_count
-        self.num_sms = num_sms
         try:
             self.launches, self.scratch = resolve_plan(candidate, card.sizes, card.floats, num_sms)
         except (PlanError, ContractViolation) as e:
