@@ -9,7 +9,7 @@ from forge_backend.runtime.launch import Launcher
 from forge_backend.runtime.nvrtc import compile_candidate
 from forge_backend.runtime.worker import WorkerClient
 from forge_backend.verify import verify
-from planted import COUNT_PLAN, PLANTED, candidate, unary_card
+from planted import COUNT_PLAN, PLANTED, UNARY_PLAN, candidate, unary_card
 
 pytestmark = pytest.mark.gpu
 DEV = torch.device("cuda", 0) if torch.cuda.is_available() else None
@@ -212,6 +212,46 @@ def test_a_gpu_that_refuses_the_kernel_runs_pytorchs_op(monkeypatch, caplog):
     torch.testing.assert_close(y2, torch.relu(x))
     assert run._siblings == {DEV.index: None} and counters["kforge"]["other_gpu_fallback"] == 2
     assert caplog.text.count("could not be loaded") == 1 and "NO_BINARY_FOR_GPU" in caplog.text
+
+
+def test_a_cooperative_launch_the_driver_refuses_runs_pytorchs_op(caplog):
+    """Note [a launch the driver refuses at call time]: relu as a cooperative launch of one block per 256 elements.
+    Over 4M elements its 16,384 blocks cannot all be resident, the driver refuses the launch, and with a fallback the
+    call (and every later one, and a graph captured after it) runs PyTorch's op; the verifier and a launcher without
+    a fallback still see a launch failure. Over 4,096 elements the same launch runs."""
+    from torch._dynamo.utils import counters
+
+    from forge_backend.runtime.launch import LaunchRefused
+
+    plan = {"launches": [{**UNARY_PLAN["launches"][0], "cooperative": True}]}
+    c = candidate("relu_good", plan)
+    cubin = compile_candidate(c, "sm_90").cubin
+    small = Launcher(unary_card("aten.relu.default", 4096), c, cubin, DEV)
+    x = torch.randn(4096, device=DEV)
+    torch.testing.assert_close(small([x])[0], torch.relu(x))
+    card = unary_card("aten.relu.default", 1 << 22)
+    bare = Launcher(card, c, cubin, DEV)
+    with pytest.raises(LaunchRefused, match="COOPERATIVE_LAUNCH_TOO_LARGE"):
+        bare([torch.randn(1 << 22, device=DEV)])
+    rep = verify(card, bare.launch_into, bare.allocate_outputs, DEV)
+    assert not rep.ok and rep.failed_check == "launch" and "COOPERATIVE_LAUNCH_TOO_LARGE" in rep.message, rep
+    run = Launcher(card, c, cubin, DEV, fallback=lambda inputs: [torch.relu(inputs[0])])
+    counters.clear()
+    x = torch.randn(1 << 22, device=DEV)
+    with caplog.at_level("WARNING", logger="kforge"):
+        ys = [run([x])[0] for _ in range(2)]
+    for y in ys:
+        torch.testing.assert_close(y, torch.relu(x))
+    assert counters["kforge"]["launch_fallback"] == 2 and counters["kforge"]["kernel_calls"] == 0
+    assert caplog.text.count("the driver refused kernel") == 1 and "COOPERATIVE_LAUNCH_TOO_LARGE" in caplog.text
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        (g,) = run([x])
+    x.neg_()
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(g, torch.relu(x))
+    assert float(torch.ones(1, device=DEV).add_(1)) == 2.0  # the context is still usable
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")

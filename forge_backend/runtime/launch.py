@@ -19,6 +19,21 @@ the cubin was built for it. The sibling resolves the plan for its own GPU, whose
 GPU's SM count in a plan] in contract.py). A sibling that cannot be built (another arch's GPU refuses the cubin)
 leaves that GPU's calls to PyTorch's op (the fallback), logged once. Counted as ``kforge.other_gpu_calls`` and
 ``kforge.other_gpu_fallback``.
+
+Note [a launch the driver refuses at call time]
+A kernel verified on one GPU can be refused when a model calls it on another, or on the same GPU under other limits: a
+cooperative grid of 132 blocks (the resident and lag layouts, two shipped relay records) from a record imported with
+``--trust`` or kept in a cache shared by GPUs of one arch but other SM counts, or a grid resolved for the whole GPU and
+launched where only some of its SMs are given (a green context of ``torch.cuda.green_contexts`` current at the call: the
+driver refuses cooperative grids past the context's SMs, tests/test_green_context_gpu.py); shared memory or a cluster
+shape the GPU does not offer. The driver says so at the launch, with an error that leaves the context usable
+(``REFUSALS``), and nothing of that launch runs. A launcher with a fallback then runs PyTorch's op for that call and
+every later one (a refusal is a property of the launch and the GPU, and a plan of several launches may have run its
+first ones: the launcher's kept scratch is not to be trusted again), logs it once with the driver's error and counts
+``kforge.launch_fallback``. Any other launch error (a sticky one from an earlier kernel, a lost context) is raised as
+before: PyTorch's op could not run there either. Under a CUDA graph capture a first refusal is raised too (a failed
+launch may invalidate the capture); once refused, a launcher captures PyTorch's op instead. The verifier calls
+``launch_into``, which raises every error, so a search still records a refused candidate as a launch failure.
 """
 from __future__ import annotations
 
@@ -41,6 +56,23 @@ from ..signature import TensorSpec, layout_key_of, to_dtype
 
 log = logging.getLogger("kforge")
 _CTYPES = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float}
+# Note [a launch the driver refuses at call time]: the driver's errors that refuse a launch's configuration on this
+# GPU and leave the context usable
+REFUSALS = frozenset({"CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE", "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+                      "CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_NOT_SUPPORTED", "CUDA_ERROR_INVALID_CLUSTER_SIZE"})
+
+
+class LaunchRefused(CandidateFailure):
+    """The driver refused a launch's configuration on this GPU (Note [a launch the driver refuses at call time]);
+    a launch failure like any other to the verifier."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("launch", message)
+
+
+def refuses(err: object) -> bool:
+    """Whether the driver's result ``err`` (a CUresult) is one of ``REFUSALS``."""
+    return getattr(err, "name", str(err).rsplit(".", 1)[-1]) in REFUSALS
 
 
 @functools.lru_cache(maxsize=1)
@@ -68,6 +100,22 @@ def _ensure_context(device: torch.device) -> None:
         dev = _check(drv.cuDeviceGet(device.index or 0), "cuDeviceGet")
         primary = _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
         _check(drv.cuCtxSetCurrent(primary), "cuCtxSetCurrent")
+
+
+def context_sm_count(index: int) -> int:
+    """The SMs a launch on GPU ``index`` may use from this thread (Note [the GPU's SM count in a plan] in
+    contract.py): a green context's own share where one of that GPU is current (``torch.cuda.green_contexts``: its
+    cooperative launches are refused past it, Note [a launch the driver refuses at call time]), else every SM of the
+    GPU."""
+    drv = _driver()
+    try:
+        ctx = _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        if int(ctx) and int(_check(drv.cuCtxGetDevice(), "cuCtxGetDevice")) == index:
+            sm = drv.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM
+            return int(_check(drv.cuCtxGetDevResource(ctx, sm), "cuCtxGetDevResource").sm.smCount)
+    except (RuntimeError, AttributeError) as e:  # a driver or bindings without green contexts (CUDA < 12.4)
+        log.debug("kforge: no SM count of the current context (%s); the GPU's is used", e)
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 class KeptBuffer:
@@ -158,11 +206,12 @@ class Launcher:
                  fallback: Callable[[Sequence[torch.Tensor]], list[torch.Tensor]] | None = None,
                  num_sms: int | None = None) -> None:
         """``num_sms``: the SM count the plan's ``num_sms`` takes (Note [the GPU's SM count in a plan] in
-        contract.py), the device's by default; tests pass fewer to run a kernel as a smaller GPU would."""
+        contract.py), by default the current context's (``context_sm_count``); tests pass fewer to run a kernel as a
+        smaller GPU would."""
         self.card, self.candidate, self.device = card, candidate, device
         self._device_index = device.index if device.index is not None else torch.cuda.current_device()
         if num_sms is None:
-            num_sms = torch.cuda.get_device_properties(self._device_index).multi_processor_count
+            num_sms = context_sm_count(self._device_index)
         try:
             self.launches, self.scratch = resolve_plan(candidate, card.sizes, card.floats, num_sms)
         except (PlanError, ContractViolation) as e:
@@ -184,6 +233,7 @@ class Launcher:
         self._graph_refused = False
         self._cubin = cubin
         self._siblings: dict[int, Launcher | None] = {}  # Note [a kernel called with tensors on another GPU]
+        self.refused: str | None = None  # the driver's refusal (Note [a launch the driver refuses at call time])
         self._raise_smem_limits()
         self._validate_pointers()
 
@@ -246,14 +296,24 @@ class Launcher:
             counters["kforge"]["other_gpu_calls"] += 1
             with torch.cuda.device(index):
                 return sibling(inputs, out_strides)
+        if self.refused is not None:  # Note [a launch the driver refuses at call time]
+            return self._pytorch(inputs, out_strides, "launch_fallback", self.refused)
         if not self.aligned(inputs) or not self.laid_out(inputs):
             # Note [kernel inputs keep their layout] in rewrite.py: a kernel indexes memory with the strides
             # baked in from its signature, so another layout (or a misaligned pointer) runs PyTorch's op instead
             return self._pytorch(inputs, out_strides, "layout_fallback",
                                  f"an input is not aligned to {self.align} bytes or not laid out as the signature says")
-        counters["kforge"]["kernel_calls"] += 1
         outputs = self.allocate_outputs(out_strides)
-        self.launch_into(inputs, outputs)
+        try:
+            self.launch_into(inputs, outputs)
+        except LaunchRefused as e:
+            if self.fallback is None or torch.cuda.is_current_stream_capturing():
+                raise
+            self.refused = e.message
+            log.warning("kforge: the driver refused kernel %s of %s on cuda:%d (%s); PyTorch's op runs in its place "
+                        "from now on", self.card.key[:12], self.card.op, self._device_index, e.message)
+            return self._pytorch(inputs, out_strides, "launch_fallback", e.message)
+        counters["kforge"]["kernel_calls"] += 1
         return outputs
 
     def _pytorch(self, inputs: Sequence[torch.Tensor], out_strides: Sequence[Sequence[int]] | None, counter: str,
@@ -343,4 +403,5 @@ class Launcher:
                     err = drv.cuLaunchKernel(fn, *launch.grid, *launch.block, launch.smem, stream, block.address, 0)[0]
                 if int(err) != 0:
                     what = "cuLaunchCooperativeKernel" if launch.cooperative else "cuLaunchKernel"
-                    raise CandidateFailure("launch", f"{what}({launch.kernel}) failed: {err}")
+                    why = f"{what}({launch.kernel}) failed: {err}"
+                    raise LaunchRefused(why) if refuses(err) else CandidateFailure("launch", why)
