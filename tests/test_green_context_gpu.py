@@ -1,0 +1,110 @@
+"""GPU: kernels in a green context (``torch.cuda.green_contexts``), which gives launches on its streams only some of
+the GPU's SMs: the relay roots run on as many SMs as the context holds (Note [the GPU's SM count in a plan] in
+contract.py), and a cooperative grid larger than the context is refused by the driver and runs PyTorch's op (Note [a
+launch the driver refuses at call time] in runtime/launch.py)."""
+from contextlib import contextmanager
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+import template_cards as tc
+from forge_backend.runtime.launch import Launcher, context_sm_count
+from forge_backend.runtime.nvrtc import compile_candidate
+from forge_backend.search.templates import family_for
+from forge_backend.verify import verify
+from planted import candidate, unary_card
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available() or not hasattr(torch.cuda, "green_contexts"), reason="needs CUDA green contexts")]
+DEV = torch.device("cuda", 0)
+SOFTCAP = "to_float32(mul(tanh(div(x0,30.0)),30.0))"
+
+
+@contextmanager
+def green(sms: int):
+    """A green context of ``sms`` SMs of GPU 0, current on this thread, its stream current in torch."""
+    ctx = torch.cuda.green_contexts.GreenContext.create(num_sms=sms, device_id=0)
+    ctx.set_context()
+    try:
+        stream = ctx.Stream()
+        with torch.cuda.stream(stream):
+            yield ctx
+        stream.synchronize()
+    finally:
+        ctx.pop_context()
+
+
+def root_of(card):
+    fam = family_for(card)
+    params = fam.root_params(card)
+    assert params["strategy"] == "relay", params
+    cand = fam.generate(card, params)
+    return cand, compile_candidate(cand, card.arch).cubin
+
+
+# the relay roots of the rows of >= 64 MB under 80% of the copy bandwidth, and the held fp32 group norm whose rows
+# put up to 8 pieces of a group in a block at 72 SMs (its progress rule's limit: 7 slots and 1 held)
+GREEN_RELAY = [
+    (tc.softmax((64, 262144), "bfloat16"), 112),
+    (tc.softmax((64, 262144), "bfloat16"), 72),
+    (tc.softmax_fused(SOFTCAP, [((64, 262144), "bfloat16")]), 104),
+    (tc.group_norm(1, 512, 128, 128, dtype="float32", used=(0,)), 112),
+    (tc.group_norm(1, 128, 1024, 1024, dtype="float32", used=(0,)), 72),
+]
+
+
+@pytest.mark.parametrize("case", GREEN_RELAY, ids=lambda c: f"{c[0].op.removeprefix('aten.')}-" +
+                         "x".join(map(str, c[0].inputs[0].spec.shape)) + f"-{c[1]}sms")
+def test_relay_root_in_a_green_context_takes_its_sms_and_passes_the_verifier(case):
+    card, sms = case
+    cand, cubin = root_of(card)
+    with green(sms):
+        held = context_sm_count(DEV.index)
+        assert held < 132 and held >= sms, held  # the driver may round a request up to its SM granularity
+        run = Launcher(card, cand, cubin, DEV)
+        assert run.launches[0].grid == (held, 1, 1)
+        rep = verify(card, run.launch_into, run.allocate_outputs, DEV)
+    assert rep.ok, (card.op, sms, rep.failed_check, rep.message)
+    assert context_sm_count(DEV.index) == torch.cuda.get_device_properties(0).multi_processor_count
+
+
+def test_a_grid_of_132_in_a_green_context_is_refused_and_runs_pytorchs_op(caplog):
+    """A relay record resolved for 132 SMs (a shipped record's grid) launched in a context of 112: the driver
+    refuses the cooperative launch, the call and the next run PyTorch's op, and the context goes on working."""
+    card = tc.softmax((64, 262144), "bfloat16")
+    cand, cubin = root_of(card)
+    counters.clear()
+    with green(112):
+        run = Launcher(card, cand, cubin, DEV, num_sms=132, fallback=lambda inputs: [torch.softmax(inputs[0], -1)])
+        x = torch.randn(64, 262144, device=DEV, dtype=torch.bfloat16)
+        with caplog.at_level("WARNING", logger="kforge"):
+            ys = [run([x])[0] for _ in range(2)]
+        want = torch.softmax(x, -1)
+        for y in ys:
+            torch.testing.assert_close(y, want)
+    assert "COOPERATIVE_LAUNCH_TOO_LARGE" in run.refused and counters["kforge"]["launch_fallback"] == 2
+    assert caplog.text.count("the driver refused kernel") == 1
+    assert float(torch.ones(1, device=DEV).add_(1)) == 2.0
+
+
+def test_kernels_loaded_outside_a_green_context_are_called_inside_it():
+    """The launchers a compiled model holds were built in the primary context: a plain kernel runs in the green
+    context's stream, and the relay's grid of 132 is refused there and runs PyTorch's op."""
+    relu_card = unary_card("aten.relu.default", 1 << 20)
+    c = candidate("relu_good")
+    relu = Launcher(relu_card, c, compile_candidate(c, "sm_90").cubin, DEV, fallback=lambda i: [torch.relu(i[0])])
+    card = tc.softmax((64, 262144), "bfloat16")
+    cand, cubin = root_of(card)
+    relay = Launcher(card, cand, cubin, DEV, fallback=lambda inputs: [torch.softmax(inputs[0], -1)])
+    assert relay.launches[0].grid == (torch.cuda.get_device_properties(0).multi_processor_count, 1, 1)
+    counters.clear()
+    with green(112):
+        x = torch.randn(1 << 20, device=DEV)
+        (y,) = relu([x])
+        s = torch.randn(64, 262144, device=DEV, dtype=torch.bfloat16)
+        (p,) = relay([s])
+        torch.testing.assert_close(y, torch.relu(x))
+        torch.testing.assert_close(p, torch.softmax(s, -1))
+    assert counters["kforge"]["kernel_calls"] == 1 and relu.refused is None
+    assert counters["kforge"]["launch_fallback"] == 1 and "COOPERATIVE_LAUNCH_TOO_LARGE" in relay.refused
