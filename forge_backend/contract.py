@@ -350,7 +350,8 @@ class ResolvedLaunch:
 # kernel must take its block count from ``gridDim`` (the relay does: Note [rows relayed through global memory] in
 # search/templates/relay.py). A plan that names it is resolved per GPU, so the same record serves GPUs of one
 # architecture with different SM counts; it is verified on each (Note [a record that fails here is searched] in
-# runtime/cuda_provider.py).
+# runtime/cuda_provider.py), and at a green context's count when a launcher is built in one (Note [a plan resolved for
+# SMs it was not verified on] in runtime/launch.py).
 NUM_SMS = "num_sms"
 
 

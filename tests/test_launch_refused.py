@@ -107,3 +107,59 @@ def test_a_first_refusal_under_a_graph_capture_is_raised(monkeypatch):
     assert torch.equal(run([x])[0], torch.relu(x))  # once refused, PyTorch's op is what a capture records
     assert launches == [1, 1]
 
+
+
+# Note [a plan resolved for SMs it was not verified on]: the verification a launcher runs as it is built at an SM
+# count its kernel was not verified at, with the verifier replaced
+def at_count(monkeypatch, report, fallback=True):
+    from forge_backend import verify as verify_mod
+    from forge_backend.verify import VerifyReport
+
+    run, launches = cpu_launcher(None, fallback)
+    run._num_sms, run._verified_sms = 72, 132
+    seen = []
+
+    def fake_verify(card, launch_into, allocate, device):
+        seen.append(card.op)
+        return report if report is not None else VerifyReport(True, trials_passed=5)
+
+    monkeypatch.setattr(verify_mod, "verify", fake_verify)
+    return run, seen
+
+
+def test_a_kernel_that_passes_at_the_new_count_is_used(monkeypatch):
+    run, seen = at_count(monkeypatch, None)
+    run._verify_at_this_count()
+    assert seen == ["aten.relu.default"] and run.refused is None
+    assert counters["kforge"]["verified_at_sm_count"] == 1
+    x = torch.randn(8)
+    assert torch.equal(run([x])[0], torch.relu(x)) and counters["kforge"]["kernel_calls"] == 1
+
+
+def test_a_kernel_that_fails_at_the_new_count_runs_pytorchs_op(monkeypatch, caplog):
+    from forge_backend.verify import VerifyReport
+
+    run, seen = at_count(monkeypatch, VerifyReport(False, "unwritten", "3 outputs never written"))
+    with caplog.at_level(logging.WARNING, logger="kforge"):
+        run._verify_at_this_count()
+    assert "verified on 132 SMs" in run.refused and "72 SMs" in run.refused and "unwritten" in run.refused
+    assert caplog.text.count("is not used on the 72 SMs") == 1
+    x = torch.randn(8)
+    assert torch.equal(run([x])[0], torch.relu(x))
+    assert counters["kforge"]["launch_fallback"] == 1 and counters["kforge"]["kernel_calls"] == 0
+
+
+def test_without_a_fallback_a_kernel_that_fails_at_the_new_count_raises(monkeypatch):
+    from forge_backend.verify import VerifyReport
+
+    run, _ = at_count(monkeypatch, VerifyReport(False, "mismatch", "off"), fallback=False)
+    with pytest.raises(CandidateFailure) as e:
+        run._verify_at_this_count()
+    assert e.value.stage == "verify" and "mismatch" in e.value.message
+
+
+def test_under_a_capture_a_kernel_at_a_new_count_is_not_verified_and_not_used(monkeypatch):
+    run, seen = at_count(monkeypatch, None)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    run._verify_at_this_count()
+    assert seen == [] and "CUDA graph capture" in run.refused

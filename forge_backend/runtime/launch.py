@@ -34,6 +34,17 @@ first ones: the launcher's kept scratch is not to be trusted again), logs it onc
 before: PyTorch's op could not run there either. Under a CUDA graph capture a first refusal is raised too (a failed
 launch may invalidate the capture); once refused, a launcher captures PyTorch's op instead. The verifier calls
 ``launch_into``, which raises every error, so a search still records a refused candidate as a launch failure.
+
+Note [a plan resolved for SMs it was not verified on]
+A plan that names ``num_sms`` (Note [the GPU's SM count in a plan] in contract.py) resolves to another kernel
+configuration for every SM count, and the relay's kernel returns without writing where its progress rule fails for its
+grid. A record was verified at the SM count of the GPU that searched or re-verified it, the whole GPU's; a launcher
+built where a green context of that GPU is current takes the context's count, and a sibling on another GPU of the same
+arch takes that GPU's. Run unverified, such a launch could hand a model outputs it never wrote. So a launcher whose plan
+resolves differently at its default count than at the count it was verified at (``verified_sms``: the GPU's, or a
+sibling's parent's) runs the verifier once as it is built (counted as ``kforge.verified_at_sm_count``). If the kernel
+fails it, the launcher's calls run PyTorch's op, with one warning (as a refused launch does), or without a fallback the
+build raises. A count given explicitly (``num_sms``, as the tests give it) is the caller's to verify.
 """
 from __future__ import annotations
 
@@ -204,18 +215,26 @@ class Launcher:
 
     def __init__(self, card: OperatorCard, candidate: Candidate, cubin: bytes, device: torch.device,
                  fallback: Callable[[Sequence[torch.Tensor]], list[torch.Tensor]] | None = None,
-                 num_sms: int | None = None) -> None:
+                 num_sms: int | None = None, verified_sms: int | None = None) -> None:
         """``num_sms``: the SM count the plan's ``num_sms`` takes (Note [the GPU's SM count in a plan] in
         contract.py), by default the current context's (``context_sm_count``); tests pass fewer to run a kernel as a
-        smaller GPU would."""
+        smaller GPU would. ``verified_sms``: the SM count the kernel was verified at, by default the GPU's (a sibling
+        passes its parent's); a plan resolved by default for another count is verified once more here (Note [a plan
+        resolved for SMs it was not verified on])."""
         self.card, self.candidate, self.device = card, candidate, device
         self._device_index = device.index if device.index is not None else torch.cuda.current_device()
+        if verified_sms is None:
+            verified_sms = torch.cuda.get_device_properties(self._device_index).multi_processor_count
+        chosen = num_sms is not None
         if num_sms is None:
             num_sms = context_sm_count(self._device_index)
         try:
             self.launches, self.scratch = resolve_plan(candidate, card.sizes, card.floats, num_sms)
+            unverified = not chosen and num_sms != verified_sms and \
+                resolve_plan(candidate, card.sizes, card.floats, verified_sms) != (self.launches, self.scratch)
         except (PlanError, ContractViolation) as e:
             raise CandidateFailure("plan", str(e)) from e
+        self._num_sms, self._verified_sms = num_sms, verified_sms
         self.module = load_module(cubin, sorted({l.kernel for l in self.launches}), device)
         self.out_specs: list[TensorSpec] = [t.spec for t in card.outputs]
         self.out_index = {int(t.name.removeprefix("out")): i for i, t in enumerate(card.outputs)}
@@ -233,9 +252,37 @@ class Launcher:
         self._graph_refused = False
         self._cubin = cubin
         self._siblings: dict[int, Launcher | None] = {}  # Note [a kernel called with tensors on another GPU]
-        self.refused: str | None = None  # the driver's refusal (Note [a launch the driver refuses at call time])
+        # why PyTorch's op runs in the kernel's place: the driver refused its launch (Note [a launch the driver
+        # refuses at call time]) or it failed the verifier at this SM count (Note [a plan resolved for SMs it was not
+        # verified on])
+        self.refused: str | None = None
         self._raise_smem_limits()
         self._validate_pointers()
+        if unverified:
+            self._verify_at_this_count()
+
+    def _verify_at_this_count(self) -> None:
+        """Note [a plan resolved for SMs it was not verified on]: run the verifier on this launcher once; where the
+        kernel fails it (or cannot be verified, under a CUDA graph capture) its calls run PyTorch's op, or without a
+        fallback a CandidateFailure is raised."""
+        from ..verify import verify
+
+        counters["kforge"]["verified_at_sm_count"] += 1
+        if torch.cuda.is_current_stream_capturing():
+            why = "it cannot be verified under a CUDA graph capture"
+        else:
+            rep = verify(self.card, self.launch_into, self.allocate_outputs, self.device)
+            if rep.ok:
+                log.info("kforge: kernel %s of %s verified on the %d SMs of this context", self.card.key[:12],
+                         self.card.op, self._num_sms)
+                return
+            why = f"it failed the verifier there ({rep.failed_check}: {rep.message})"
+        message = (f"kernel {self.card.key[:12]} of {self.card.op}, verified on {self._verified_sms} SMs, is not used on "
+                   f"the {self._num_sms} SMs of this context: {why}")
+        if self.fallback is None:
+            raise CandidateFailure("verify", message)
+        self.refused = message
+        log.warning("kforge: %s; PyTorch's op runs in its place", message)
 
     def _raise_smem_limits(self) -> None:
         """Opt in to the dynamic shared memory each launch asks for, and to cluster sizes over 8 (sm_90 allows 16 as
@@ -333,7 +380,8 @@ class Launcher:
                 try:
                     with torch.cuda.device(index):
                         self._siblings[index] = Launcher(self.card, self.candidate, self._cubin,
-                                                         torch.device("cuda", index), self.fallback)
+                                                         torch.device("cuda", index), self.fallback,
+                                                         verified_sms=self._verified_sms)
                 except (CandidateFailure, RuntimeError) as e:
                     log.warning("kforge: kernel %s (built for cuda:%d) could not be loaded on cuda:%d (%s); PyTorch's "
                                 "%s runs there", self.card.key[:12], self._device_index, index, e, self.card.op)
