@@ -186,3 +186,14 @@ def causal_conv1d(c: int = 96, length: int = 37, k: int = 4, dtype: str = "bfloa
 def for_arch(card: OperatorCard, arch: str) -> OperatorCard:
     """``card`` as it would be built on a GPU of architecture ``arch`` (its key changes with it)."""
     return build_card(dataclasses.replace(card.signature_obj(), arch=arch))
+
+
+def relay_from_90_blocks() -> tuple[OperatorCard, dict[str, Any]]:
+    """A relay softmax whose progress rule holds only from 90 blocks (538 pieces a row, up to cdiv(538, n) of a row in
+    one block, a lag of 5): the card and the layout's knobs (Note [rows relayed through global memory] in relay.py)."""
+    from forge_backend.search.templates import family_for
+
+    card = softmax((2, 1100000), "float32")
+    base = family_for(card).defaults(card, "relay")
+    return card, {k: v for k, v in base.items() if k not in ("writers", "regs")} | {
+        "pe": 2048, "nw": 8, "nc": 1, "k": 7, "lag": 5}

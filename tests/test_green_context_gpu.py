@@ -128,11 +128,8 @@ def test_a_layout_whose_progress_rule_fails_at_the_contexts_sms_is_not_used_ther
     verifies it as it is built, and its calls run PyTorch's op, or without a fallback the build fails."""
     from forge_backend.errors import CandidateFailure
 
-    card = tc.softmax((2, 1100000), "float32")
-    fam = family_for(card)
-    params = {k: v for k, v in fam.defaults(card, "relay").items() if k not in ("writers", "regs")} | {
-        "pe": 2048, "nw": 8, "nc": 1, "k": 7, "lag": 5}
-    cand = fam.generate(card, params)
+    card, params = tc.relay_from_90_blocks()
+    cand = family_for(card).generate(card, params)
     cubin = compile_candidate(cand, card.arch).cubin
     counters.clear()
     with green(72):

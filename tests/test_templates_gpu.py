@@ -443,11 +443,8 @@ def test_relay_with_too_few_sms_for_its_layout_returns_instead_of_waiting():
     """538 pieces a row over 66 blocks puts up to 9 of a row in one block, which a lag of 5 does not cover: every
     block returns as it starts, the outputs stay unwritten and the verifier refuses the kernel (it would wait forever
     for pieces its own consumers cannot reach); at 132 blocks the same kernel passes."""
-    card = tc.softmax((2, 1100000), "float32")
-    fam = family_for(card)
-    params = {k: v for k, v in fam.defaults(card, "relay").items() if k not in ("writers", "regs")} | {
-        "pe": 2048, "nw": 8, "nc": 1, "k": 7, "lag": 5}
-    cand = fam.generate(card, params)
+    card, params = tc.relay_from_90_blocks()
+    cand = family_for(card).generate(card, params)
     cubin = compile_candidate(cand, card.arch).cubin
     few = Launcher(card, cand, cubin, DEV, num_sms=66)
     rep = verify(card, few.launch_into, few.allocate_outputs, DEV)
