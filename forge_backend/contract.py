@@ -343,11 +343,11 @@ class ResolvedLaunch:
 
 # Note [the GPU's SM count in a plan]
 # A plan's expressions name the card's sizes, which are the same on every GPU, and one name that is not: ``num_sms``,
-# the streaming multiprocessors of the GPU that launches the kernel (``multi_processor_count``; where a green context
-# of that GPU is current as the launcher is built, the context's share: runtime/launch.py's ``context_sm_count``),
-# which the launcher passes when it resolves the plan. A grid of one block per SM then fits the GPU it runs on: a cooperative layout of
-# ``num_sms`` blocks launches on an H100 PCIe's 114 SMs as on the H200's 132, where a grid of 132 is refused, and a
-# kernel must take its block count from ``gridDim`` (the relay does: Note [rows relayed through global memory] in
+# the streaming multiprocessors of the GPU that launches the kernel (``multi_processor_count``; where a green context of
+# that GPU is current as the launcher is built, the context's share: runtime/launch.py's ``context_sm_count``), which
+# the launcher passes when it resolves the plan. A grid of one block per SM then fits the GPU it runs on: a cooperative
+# layout of ``num_sms`` blocks launches on an H100 PCIe's 114 SMs as on the H200's 132, where a grid of 132 is refused,
+# and a kernel must take its block count from ``gridDim`` (the relay does: Note [rows relayed through global memory] in
 # search/templates/relay.py). A plan that names it is resolved per GPU, so the same record serves GPUs of one
 # architecture with different SM counts; it is verified on each (Note [a record that fails here is searched] in
 # runtime/cuda_provider.py), and at a green context's count when a launcher is built in one (Note [a plan resolved for

@@ -9,6 +9,7 @@ replays of a copy ran at the speed of a 112-SM context (19.3-19.4 us a 64 MiB co
 calls did not slow down, three times out of three."""
 import os
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import torch
@@ -145,3 +146,25 @@ def test_a_layout_whose_progress_rule_fails_at_the_contexts_sms_is_not_used_ther
     assert caplog.text.count("is not used on the") == 1
     whole = Launcher(card, cand, cubin, DEV)
     assert whole.refused is None and verify(card, whole.launch_into, whole.allocate_outputs, DEV).ok
+
+
+def test_a_model_compiled_in_a_green_context_runs_its_shipped_relay_kernel_there(monkeypatch):
+    """torch.compile inside a green context of 112 SMs: the shipped group norm [1,512,128,128] bf16 (a relay of one
+    block per SM) is re-verified (in the worker, on the whole GPU), loaded for the context's 112 SMs, verified there
+    once as it is built, and called; the output matches eager. (conftest leaves out the shipped records; this test
+    names them.)"""
+    monkeypatch.setenv("KFORGE_SHIPPED_DIR", str(Path(__file__).parent.parent / "kernels_cache"))
+    model = torch.nn.GroupNorm(32, 512, eps=1e-6).cuda().to(torch.bfloat16).eval()  # the shipped card: the VAE's eps
+    x = torch.randn(1, 512, 128, 128, device=DEV, dtype=torch.bfloat16)
+    counters.clear()
+    with torch.no_grad(), green(112):
+        ref = model(x).float()
+        compiled = torch.compile(model, backend="kforge", options={"inner": "eager", "search": "off"})
+        out = compiled(x).float()
+        out = compiled(x).float()
+    assert counters["kforge"]["verified_at_sm_count"] == 1, dict(counters["kforge"])
+    # two calls, one kernel call: the eager path's first call asks PyTorch's op for its output strides (Note
+    # [outputs laid out as eager lays them out] in eager_layout.py)
+    assert counters["kforge"]["kernel_calls"] == 1 and counters["kforge"]["launch_fallback"] == 0, \
+        dict(counters["kforge"])
+    assert ((out - ref).norm() / ref.norm()).item() < 2e-2

@@ -265,20 +265,23 @@ class Launcher:
         """Note [a plan resolved for SMs it was not verified on]: run the verifier on this launcher once; where the
         kernel fails it (or cannot be verified, under a CUDA graph capture) its calls run PyTorch's op, or without a
         fallback a CandidateFailure is raised."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
         from ..verify import verify
 
         counters["kforge"]["verified_at_sm_count"] += 1
         if torch.cuda.is_current_stream_capturing():
             why = "it cannot be verified under a CUDA graph capture"
         else:
-            rep = verify(self.card, self.launch_into, self.allocate_outputs, self.device)
+            with unset_fake_temporarily():  # built while a compile traces: the verifier's tensors are real ones
+                rep = verify(self.card, self.launch_into, self.allocate_outputs, self.device)
             if rep.ok:
                 log.info("kforge: kernel %s of %s verified on the %d SMs of this context", self.card.key[:12],
                          self.card.op, self._num_sms)
                 return
             why = f"it failed the verifier there ({rep.failed_check}: {rep.message})"
-        message = (f"kernel {self.card.key[:12]} of {self.card.op}, verified on {self._verified_sms} SMs, is not used on "
-                   f"the {self._num_sms} SMs of this context: {why}")
+        message = (f"kernel {self.card.key[:12]} of {self.card.op}, verified on {self._verified_sms} SMs, is not used "
+                   f"on the {self._num_sms} SMs of this context: {why}")
         if self.fallback is None:
             raise CandidateFailure("verify", message)
         self.refused = message
