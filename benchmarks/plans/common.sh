@@ -2,7 +2,8 @@
 # $OUT/probe_PART, its summary lines printed) and `collect NAME` (every part's rows into $OUT/probe_NAME.json and their
 # logs into $OUT/probe_NAME.log: the device tool brings back only a few files), `root_of CASE` (a probe case's root
 # as k=v,k=v), `swap_roots NAME SWAP CASE...` (each case's root timed beside a --swap of its source, twice) and
-# `twice CASE VARIANT...` (a case's root beside variants given as k=v,k=v, twice).
+# `twice CASE VARIANT...` (a case's root beside variants given as k=v,k=v, twice) and `timeline CASE [PARAMS]` (one
+# launch's relay timeline into $OUT/tr, its summary lines printed).
 set -uo pipefail
 OUT=${OUT:-/tmp/kforge-out}; mkdir -p "$OUT"
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -47,4 +48,11 @@ twice() {  # twice CASE VARIANT...: the root, the variants, the root, the varian
   root=$(root_of "$c")
   for p in "$@" "$root" "$@"; do args+=(--params "$p"); done
   probe "$(echo "$c" | tr -c 'a-z0-9' '_')" "${T:-100}" --only "=$c" "${args[@]}"
+}
+timeline() {  # timeline CASE [PARAMS]: benchmarks/trace_relay.py on one launch of CASE (its root, or PARAMS as
+  # k=v,k=v), into $OUT/tr/trace.log, the summary's lines printed
+  local params=()
+  [ -n "${2:-}" ] && params=(--params "$2")
+  OUT=$OUT/tr T=${T_TRACE:-90} bash benchmarks/run_device.sh trace --case "=$1" "${params[@]}" --launches 1 > /dev/null
+  grep -aE "^==|resolve|publish|arrival|on chip|launch|^ +[0-9]+\.0 " "$OUT/tr/trace.log" | cut -c1-200
 }

@@ -17,6 +17,4 @@ G="group_norm [1,512,128,128] fp32"
 N=$(root_of "$G")
 T=${T3:-120} twice "$G" "$N,depth=1" "$N,depth=2"
 collect copies_in_flight
-OUT=$OUT/tr T=${T_TRACE:-90} bash benchmarks/run_device.sh trace --case "=$C" \
-  --params "$R,depth=${TRACE_DEPTH:-1}" --launches 1 > /dev/null
-grep -aE "^==|resolve|publish|arrival|on chip|launch|^ +[0-9]+\.0 " "$OUT/tr/trace.log" | cut -c1-200
+timeline "$C" "$R,depth=${TRACE_DEPTH:-1}"

@@ -14,6 +14,4 @@ Q=$(root_of "$S")
 T=${T2:-130} twice "$S" "$Q,lag0=0" "$Q,lag0=1" "$Q,lag0=2"
 [ -n "${FP32:-1}" ] && T=${T3:-110} twice "softmax [64,262144] fp32" "$(root_of "softmax [64,262144] fp32"),lag0=1"
 collect head_lag
-OUT=$OUT/tr T=${T_TRACE:-90} bash benchmarks/run_device.sh trace --case "=$C" --params "$R,lag0=${TRACE_LAG0:-1}" \
-  --launches 1 > /dev/null
-grep -aE "^==|resolve|publish|arrival|on chip|launch|^ +[0-9]+\.0 " "$OUT/tr/trace.log" | cut -c1-200
+timeline "$C" "$R,lag0=${TRACE_LAG0:-1}"

@@ -17,6 +17,4 @@ N=$(root_of "$G")
 T=${T3:-120} twice "$G" "$N,pf=1,pfw=true" "$N,pf=2,pfw=true"
 [ -n "${FP32:-1}" ] && T=${T4:-110} twice "softmax [64,262144] fp32" "$(root_of "softmax [64,262144] fp32"),pf=2,pfw=true"
 collect l2_prefetch_idle
-OUT=$OUT/tr T=${T_TRACE:-90} bash benchmarks/run_device.sh trace --case "=$C" \
-  --params "$R,pf=${TRACE_PF:-2},pfw=true" --launches 1 > /dev/null
-grep -aE "^==|resolve|publish|arrival|on chip|launch|^ +[0-9]+\.0 " "$OUT/tr/trace.log" | cut -c1-200
+timeline "$C" "$R,pf=${TRACE_PF:-2},pfw=true"

@@ -10,5 +10,4 @@ T=${T:-150} twice "$C" "$R,nw=16,k=7,lag=3" "$R,nw=16,k=7,lag=4" "$R,nw=16,k=6,l
   "$R,nw=8,k=6,lag=3" "$R,nw=8,k=6,writers=true" "strategy=relay,vec=8,pe=16384,nc=1,ramp=3,nw=16,k=6,lag=3" \
   "strategy=relay,vec=8,pe=8192,nc=1,ramp=2,nw=16,k=12,lag=6"
 collect lean_grid
-OUT=$OUT/tr T=${T_TRACE:-90} bash benchmarks/run_device.sh trace --case "=$C" --launches 1 > /dev/null
-grep -aE "^==|resolve|publish|arrival|on chip|launch" "$OUT/tr/trace.log" | cut -c1-200
+timeline "$C"
