@@ -638,10 +638,10 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
 # keeps POLLS reads of each lane's word in flight, each reissued as soon as it is back and not yet marked, so the row
 # is read POLLS times a trip and a word stored is seen after about one trip instead of one and a half. The first
 # reads go GAP apart, so that they stay apart: the kernel contract forbids sleeping, so a gap is a chain of GAP
-# dependent shared-memory reads (about 30 cycles each; POLL_SPAN_LINKS of them about the trip). A lane keeps the first
+# dependent integer products (POLL_SPAN_LINKS of them about the trip). A lane keeps the first
 # marked value it reads (a word is written once a launch). Only the resolver warp changes.
 POLLS = (2, 4, 8)
-POLL_SPAN_LINKS = 48  # the trip the first reads are spread over, in dependent shared-memory reads (about 0.7 us)
+POLL_SPAN_LINKS = 160  # the trip the first reads are spread over, in links of a dependent chain (about 1 us)
 
 
 def _poll(p: dict[str, Any]) -> str:
@@ -664,17 +664,15 @@ def _poll(p: dict[str, Any]) -> str:
     return """
       static_assert(PPR <= 32, "a word a lane");
       const unsigned long long* pw = pr + (lane < PPR ? lane : 0);
-      __shared__ unsigned gz;  // 0: the links of the gaps' chains (every resolver stores the same value)
-      if (lane == 0) gz = 0u;
-      __syncwarp();
+      const unsigned z = (unsigned)(row >> 62);  // 0, which the compiler cannot know: the gaps' chains stay
       unsigned long long w[POLLS], mine = 0ull;
       bool got = lane >= PPR;
       unsigned at = 0u;
 #pragma unroll
       for (int d = 0; d < POLLS; ++d) {
         w[d] = get_part(pw + at);  // the read waits for the chain before it: GAP links after the one before
-#pragma unroll
-        for (int k = 0; k < GAP; ++k) at = reinterpret_cast<volatile unsigned*>(&gz)[at];
+#pragma unroll 1
+        for (int k = 0; k < GAP; ++k) at = at * z + z;
       }
       for (unsigned spins = 0;; ++spins) {
         bool all = false;
