@@ -6,7 +6,7 @@
 . benchmarks/plans/common.sh
 for c in "softmax [64,262144] bf16" "softcap softmax [64,262144] bf16" "group_norm [1,512,128,128] fp32"; do
   r=$(root_of "$c")
-  T=${T:-100} twice "$c" "$r,polls=2" "$r,polls=4"
+  T=${T:-100} twice "$c" "$r,backoff=16" "$r,backoff=64" "$r,backoff=256"
 done
 collect polls
-timeline "softmax [64,262144] bf16" "$(root_of "softmax [64,262144] bf16"),polls=4"
+timeline "softmax [64,262144] bf16" "$(root_of "softmax [64,262144] bf16"),backoff=64"

@@ -191,7 +191,7 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     card's architecture] in target.py), a lag that leaves loads in flight and covers a block's other pieces of the
     same row (Note [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads
     them all)."""
-    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", "polls", *RELAY_KEYS}:
+    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", "backoff", *RELAY_KEYS}:
         return False  # another strategy's knob (keep, tma, ...): nothing here reads it
     if p.get("hold", True) is not True or p.get("writers", True) is not True:
         return False  # flags (Notes [a row's last piece before the next row's first], [writers of their own]):
@@ -210,8 +210,8 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     if not (1 <= nw and 1 <= nc <= 4 and relay_threads(p) <= 1024 and (own or 1 <= lag) and k <= 16):
         return False
     ppr, regs = cdiv(cols, pe), p.get("regs", 0)
-    if "polls" in p and not (p["polls"] in POLLS and ppr <= 32):
-        return False  # Note [a row's words polled several at a time]: a word a lane
+    if "backoff" in p and p["backoff"] not in BACKOFFS:
+        return False
     if not held_regs(p, pe // (32 * vec * nw), relay_threads(p), isz):
         return False  # Note [pieces held in the writers' registers] in relay_held.py
     progress = (held_progress_ok(ppr, SMS, k, regs, nc) if regs else writers_progress_ok(ppr, SMS, k, nc)) if own \
@@ -447,10 +447,6 @@ def relay_actions(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     acts += [knob(p, "ramp", r) for r in (1, 2) if r != p.get("ramp")]
     if "writers" in p:  # Note [pieces held in the writers' registers] in relay_held.py
         acts += [held_knob(p, r) for r in (p.get("regs", 0) - 1, p.get("regs", 0) + 1) if 0 <= r <= MAX_REGS]
-    acts += [knob(p, "polls", d) for d in POLLS if d != p.get("polls")]  # Note [a row's words polled several at
-    # a time]
-    if "polls" in p:
-        acts.append((f"polls {p['polls']} -> off", {key: v for key, v in p.items() if key != "polls"}))
     if "ramp" in p:
         acts.append((f"ramp {p['ramp']} -> off", {key: v for key, v in p.items() if key != "ramp"}))
     if "lag" in p:
@@ -480,7 +476,7 @@ def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int
             "NC": p["nc"], "NT": relay_threads(p), "K": p["k"],
             **({"LAG": p["lag"]} if "lag" in p else {}), **({"RAMP": p["ramp"]} if "ramp" in p else {}),
             **({"REGS": p["regs"], "NS": p["k"] + p["regs"]} if "regs" in p else {}),
-            **({"POLLS": p["polls"], "GAP": POLL_SPAN_LINKS // p["polls"]} if "polls" in p else {}),
+            **({"BACKOFF": p["backoff"]} if "backoff" in p else {}),
             "HEAD": _head(p, vbytes)}
 
 
@@ -640,56 +636,30 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
 # reads go GAP apart, so that they stay apart: the kernel contract forbids sleeping, so a gap is a chain of GAP
 # dependent integer products (POLL_SPAN_LINKS of them about the trip). A lane keeps the first
 # marked value it reads (a word is written once a launch). Only the resolver warp changes.
-POLLS = (2, 4, 8)
-POLL_SPAN_LINKS = 160  # the trip the first reads are spread over, in links of a dependent chain (about 1 us)
+BACKOFFS = (16, 64, 256)  # trial: links of a dependent chain between a resolver's reads
 
 
 def _poll(p: dict[str, Any]) -> str:
     """The resolver's wait for its row's words, combined into ``V a``: one read a round trip, or knob ``polls``
     (Note [a row's words polled several at a time])."""
-    if "polls" not in p:
-        return """
-      V a;
-      for (unsigned spins = 0;; ++spins) {
+    on = "backoff" in p
+    wait = """
+        const unsigned z = (unsigned)(row >> 62);  // 0, which the compiler cannot know: the chain stays
+#pragma unroll 1
+        for (int k = 0; k < BACKOFF; ++k) at = at * z + z;  // the next read waits for the chain""" if on else ""
+    return f"""
+      V a;{chr(10) + "      unsigned at = 0u;" if on else ""}
+      for (unsigned spins = 0;; ++spins) {{
         bool have = true;
         a = ident();
-        for (int i = lane; i < PPR; i += 32) {
-          const unsigned long long w = get_part(pr + i);
+        for (int i = lane; i < PPR; i += 32) {{
+          const unsigned long long w = get_part(pr + i{" + at" if on else ""});
           have = have && (unsigned)(w >> 63) == mark;
           a = Op()(a, unpack_stat(part_value(w), i));
-        }
+        }}
         if (__all_sync(0xffffffffu, have)) break;
-        if (spins > (1u << 26)) __trap();  // a grid not resident at once would wait forever
-      }"""
-    return """
-      static_assert(PPR <= 32, "a word a lane");
-      const unsigned long long* pw = pr + (lane < PPR ? lane : 0);
-      const unsigned z = (unsigned)(row >> 62);  // 0, which the compiler cannot know: the gaps' chains stay
-      unsigned long long w[POLLS], mine = 0ull;
-      bool got = lane >= PPR;
-      unsigned at = 0u;
-#pragma unroll
-      for (int d = 0; d < POLLS; ++d) {
-        w[d] = get_part(pw + at);  // the read waits for the chain before it: GAP links after the one before
-#pragma unroll 1
-        for (int k = 0; k < GAP; ++k) at = at * z + z;
-      }
-      for (unsigned spins = 0;; ++spins) {
-        bool all = false;
-#pragma unroll
-        for (int d = 0; d < POLLS; ++d) {
-          if (!got && (unsigned)(w[d] >> 63) == mark) {
-            got = true;
-            mine = w[d];
-          }
-          all = __all_sync(0xffffffffu, got);
-          if (all) break;
-          if (!got) w[d] = get_part(pw);
-        }
-        if (all) break;
-        if (spins > (1u << 24)) __trap();  // a grid not resident at once would wait forever
-      }
-      V a = lane < PPR ? Op()(ident(), unpack_stat(part_value(mine), lane)) : ident();"""
+        if (spins > (1u << 26)) __trap();  // a grid not resident at once would wait forever{wait}
+      }}"""
 
 
 def _reduce_step(t: str, reduce_piece: str, after: str = "") -> str:
