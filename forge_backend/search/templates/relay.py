@@ -191,7 +191,7 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     card's architecture] in target.py), a lag that leaves loads in flight and covers a block's other pieces of the
     same row (Note [rows relayed through global memory]: progress), and at most 1024 pieces a row (each resolve reads
     them all)."""
-    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", "backoff", *RELAY_KEYS}:
+    if set(p) - {"strategy", "vec", "hold", "writers", "ramp", "regs", *RELAY_KEYS}:
         return False  # another strategy's knob (keep, tma, ...): nothing here reads it
     if p.get("hold", True) is not True or p.get("writers", True) is not True:
         return False  # flags (Notes [a row's last piece before the next row's first], [writers of their own]):
@@ -210,8 +210,6 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
     if not (1 <= nw and 1 <= nc <= 4 and relay_threads(p) <= 1024 and (own or 1 <= lag) and k <= 16):
         return False
     ppr, regs = cdiv(cols, pe), p.get("regs", 0)
-    if "backoff" in p and p["backoff"] not in BACKOFFS:
-        return False
     if not held_regs(p, pe // (32 * vec * nw), relay_threads(p), isz):
         return False  # Note [pieces held in the writers' registers] in relay_held.py
     progress = (held_progress_ok(ppr, SMS, k, regs, nc) if regs else writers_progress_ok(ppr, SMS, k, nc)) if own \
@@ -375,6 +373,31 @@ def writers_progress_ok(ppr: int, blocks: int, k: int, nc: int) -> bool:
 # arrival at 13.8, span 17.7 us, a row's last publish to its statistic 1.0 us at the median. After the first K, a
 # block's copies wait on its slots more than on each other, so the bound changed little. Not kept.
 #
+# Note [a row's words read more often, or less often: measured, not kept]
+# A resolver reads its row's words once a round trip (one ld.relaxed.gpu a lane, looked at once it is back), and in
+# the bf16 softmax's root a row's last publish to its first statistic took 1.2 us at the median
+# (trace_session38_softmax.log). Forty-sixth session, three trials (each a trial commit, reverted; one probe run each,
+# every layout twice, in us; plan benchmarks/plans/polls.sh, which needs the trial's code; the verifier passed every
+# variant):
+# - knob ``polls`` (c63dc0b): rows of up to 32 pieces, POLLS reads of each lane's word in flight, each reissued once
+#   it is back unmarked, the first ones spaced by a chain of dependent shared-memory reads (the kernel contract
+#   forbids __nanosleep). Prediction: a word seen after about one trip instead of one and a half. Slower everywhere,
+#   whatever POLLS (probe_session46_polls_lds.json): the softmax [64,262144] bf16 root 21.8, 21.6 against 23.4-23.9
+#   (POLLS 2, 4, 8); the soft cap 30.8, 30.1 against 33.2-34.5; the group norm [1,512,128,128] fp32 19.7, 19.9
+#   against 24.1-24.3; fp32 34.8 twice against 37.1-38.2. With POLLS 4 a row's last publish to its statistic took
+#   2.6 us at the median instead of 1.2 (trace_session46_polls_lds.log);
+# - the same spaced by dependent integer products (ef9ce9d): worse the more reads in flight
+#   (probe_session46_polls_alu.json): bf16 21.7 twice against 27.0, 27.1 (2) and 31.5, 32.0 (4); the soft cap 29.8,
+#   29.9 against 40.0, 40.1 and 49.3, 49.5; the group norm 19.9, 19.7 against 25.7 twice and 30.0 twice; that
+#   latency 7.3 us at the median with 4 (trace_session46_polls_alu.log);
+# - the other way, knob ``backoff`` (24268ad): one read at a time as before, then a chain of 16, 64 or 256 dependent
+#   products before the next (probe_session46_backoff.json): bf16 22.0, 21.7 against 21.9 twice (16), 21.9, 22.2
+#   (64), 26.6 twice (256); the soft cap 30.3, 29.8 against 29.7, 30.3 (16), 30.5, 30.6 (64), 39.5 twice (256); the
+#   group norm 20.0, 19.8 against 19.8, 20.0 (16), 20.0, 19.8 (64), 22.5, 22.7 (256). With 64 that latency was 1.0
+#   us at the median, the root's (trace_session46_backoff.log).
+# So more reads of the same words in flight make each one slower to see a new store, and fewer gain nothing until
+# they cost a whole trip: the root's read a trip stays.
+#
 # Note [writes as soon as their rows resolve: measured, not kept]
 # Same session and trial commit: knob ``eager`` had the joint relay's consumer warps write piece u as soon as its row
 # was resolved instead of LAG pieces later: one loop polling ``ready`` of the oldest unwritten piece and ``full`` of
@@ -476,7 +499,6 @@ def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int
             "NC": p["nc"], "NT": relay_threads(p), "K": p["k"],
             **({"LAG": p["lag"]} if "lag" in p else {}), **({"RAMP": p["ramp"]} if "ramp" in p else {}),
             **({"REGS": p["regs"], "NS": p["k"] + p["regs"]} if "regs" in p else {}),
-            **({"BACKOFF": p["backoff"]} if "backoff" in p else {}),
             "HEAD": _head(p, vbytes)}
 
 
@@ -610,7 +632,19 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
         }}
         continue;
       }}
-      const unsigned long long* pr = part + row * PPR;{_poll(p)}
+      const unsigned long long* pr = part + row * PPR;
+      V a;
+      for (unsigned spins = 0;; ++spins) {{
+        bool have = true;
+        a = ident();
+        for (int i = lane; i < PPR; i += 32) {{
+          const unsigned long long w = get_part(pr + i);
+          have = have && (unsigned)(w >> 63) == mark;
+          a = Op()(a, unpack_stat(part_value(w), i));
+        }}
+        if (__all_sync(0xffffffffu, have)) break;
+        if (spins > (1u << 26)) __trap();  // a grid not resident at once would wait forever
+      }}
       a = group_all<32, 32>(a, Op(), (V*)nullptr);
       last_row = row;
       if (lane == 0) {{{resolve}
@@ -624,42 +658,6 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
 {consumers}  KF_TRACE_BLOCK(lane == 0, 1);
 }}
 """
-
-
-# Note [a row's words polled several at a time]
-# A resolver polls its row's words (one ld.relaxed.gpu a lane) and looks at them only once they are back, so it
-# reads the row once a round trip; under the copies' load that trip is about a microsecond, and a row resolved 1.2 us
-# (the bf16 softmax) or 1.7 us (the fp32 group norm) at the median after its last word was stored
-# (trace_session38_softmax.log, trace_session36_gn.log). Knob ``polls`` (rows of at most 32 pieces, one word a lane)
-# keeps POLLS reads of each lane's word in flight, each reissued as soon as it is back and not yet marked, so the row
-# is read POLLS times a trip and a word stored is seen after about one trip instead of one and a half. The first
-# reads go GAP apart, so that they stay apart: the kernel contract forbids sleeping, so a gap is a chain of GAP
-# dependent integer products (POLL_SPAN_LINKS of them about the trip). A lane keeps the first
-# marked value it reads (a word is written once a launch). Only the resolver warp changes.
-BACKOFFS = (16, 64, 256)  # trial: links of a dependent chain between a resolver's reads
-
-
-def _poll(p: dict[str, Any]) -> str:
-    """The resolver's wait for its row's words, combined into ``V a``: one read a round trip, or knob ``polls``
-    (Note [a row's words polled several at a time])."""
-    on = "backoff" in p
-    wait = """
-        const unsigned z = (unsigned)(row >> 62);  // 0, which the compiler cannot know: the chain stays
-#pragma unroll 1
-        for (int k = 0; k < BACKOFF; ++k) at = at * z + z;  // the next read waits for the chain""" if on else ""
-    return f"""
-      V a;{chr(10) + "      unsigned at = 0u;" if on else ""}
-      for (unsigned spins = 0;; ++spins) {{
-        bool have = true;
-        a = ident();
-        for (int i = lane; i < PPR; i += 32) {{
-          const unsigned long long w = get_part(pr + i{" + at" if on else ""});
-          have = have && (unsigned)(w >> 63) == mark;
-          a = Op()(a, unpack_stat(part_value(w), i));
-        }}
-        if (__all_sync(0xffffffffu, have)) break;
-        if (spins > (1u << 26)) __trap();  // a grid not resident at once would wait forever{wait}
-      }}"""
 
 
 def _reduce_step(t: str, reduce_piece: str, after: str = "") -> str:

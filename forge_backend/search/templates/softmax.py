@@ -904,6 +904,13 @@ def _relay_layout_ok(card: OperatorCard, vec: int) -> bool:
 #   exps_in_slot.sh): exp(x - the warp's max) rounded to the slot's type in pairs, and the write one product by
 #   exp(warp max - row max) / sum, so the write loses each element's FADD, FMUL and ex2: bf16 23.4 and 23.3 us
 #   against 23.3 and 23.4; fp32 35.0 and 35.1 against 34.7 and 35.1. A tie.
+#   On the lean reduce (forty-sixth session, results/h200/probe_session46_exps_in_slot_lean_*.json, plan
+#   exps_in_slot_lean.sh, one run, each root twice beside the swap; a share with no finite value keeps its -inf in
+#   the slot, which the write's max(e, 0) makes 0): bf16 22.3 and 21.7 us against 21.6 twice; fp32 35.1 and 35.2
+#   against 34.8 and 35.0. Still not kept.
+# - exps two at a time (ex2.approx.f16x2, ex2.approx.ftz.bf16x2): not timed, since on sm_90 each compiles to two
+#   MUFU.EX2 of one half each and a PRMT (results/h200/ex2_sass_session46.txt, cuobjdump on the device), so it takes
+#   as many MUFU issues as two fp32 exps, and rounds its argument and result to 16 bits.
 
 
 def _raw_header(card: OperatorCard, p: dict[str, Any], sizes: dict[str, int]) -> str:
