@@ -9,6 +9,7 @@ import pytest
 import template_cards as tc
 from sm90 import spill_stores
 from forge_backend.search.templates import softmax as sm
+from forge_backend.search.templates.relay import pack_test
 
 SOFTCAP = "to_float32(mul(tanh(div(x0,30.0)),30.0))"
 
@@ -74,3 +75,24 @@ def test_paired_layouts_compile_for_sm90_without_spilling() -> None:
         p = _relay(card, **knobs)
         spills, log = spill_stores(sm.generate(card, p).source)
         assert spills and not any(spills), (p, log)
+
+
+def test_a_packs_range_test_is_left_out_only_where_every_row_is_whole_pieces() -> None:
+    """Note [a pack's range test only where a row's last piece is short] (relay.py)."""
+    assert pack_test("col < COLS", 262144, 16384) == ""
+    assert pack_test("col < COLS", 248320, 16384) == "if (col < COLS) "
+    tests = ("if (c0 + wc + (i * 32 + lane) * VEC < COLS)", "if (col < COLS)")
+    cap = tc.softmax_fused(SOFTCAP, [((64, 262144), "bfloat16")])
+    whole = [(tc.softmax((64, 262144), "bfloat16"), {}), (tc.softmax((64, 262144), "float32"), {}),
+             (cap, sm.root_params(cap))]  # the soft cap's root: a prologue evaluated once, half packs a lane
+    short = [(tc.softmax((64, 248320), "bfloat16"), {}),
+             (tc.softmax_fused(SOFTCAP, [((3, 70000), "bfloat16")]), {}),
+             (tc.softmax((5, 33000), "bfloat16", log=True), {"pe": 4096, "nw": 8, "nc": 2, "k": 4, "lag": 2})]
+    for card, knobs in whole:
+        src = sm.generate(card, _relay(card, **knobs)).source
+        assert not any(t in src for t in tests), card
+    for card, knobs in short:
+        p = _relay(card, **knobs)
+        assert card.sizes["cols"] % p["pe"], (card, p)
+        src = sm.generate(card, p).source
+        assert src.count(tests[0]) == 2 and src.count(tests[1]) == 1, card

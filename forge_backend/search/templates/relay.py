@@ -502,6 +502,24 @@ def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int
             "HEAD": _head(p, vbytes)}
 
 
+# Note [a pack's range test only where a row's last piece is short]
+# A consumer lane tests each of its 16-byte packs against its row's end before it reads, reduces or writes it, and
+# ptxas keeps each pack in a branch of its own: the softmax's write read one pack from the slot, took its exps and
+# stored it before it read the next (four shared-memory round trips a piece where one does), and the reduce took its
+# exps pack by pack (SASS of the bf16 softmax's root, compiled with NVRTC for sm_90 and read with nvdisasm). Where COLS
+# is a multiple of PE every pack of every piece lies within its row (a warp's share is NPL whole packs of the piece,
+# relay_valid), so ``pack_test`` leaves the test out and the write issues its four LDS.128 at once, the exps of a lane
+# interleaved. Measured on the H200 (forty-seventh session, benchmarks/plans/guards.sh, one run, each root twice
+# beside the same source without the tests; every swap passed the verifier; results/h200/probe_session47_guards_*):
+# the soft cap 29.6, 29.5 us against 30.0, 30.2; the softmax [64,262144] bf16 21.6, 21.7 against 21.6, 21.7; fp32
+# 34.9, 34.8 against 35.0, 35.1; the group norm [1,512,128,128] fp32 19.7, 19.9 against 19.7, 19.6. So the
+# softmaxes' relay leaves the test out where it can, and the group norm's keeps it (a tie at best there).
+def pack_test(cond: str, cols: int, pe: int) -> str:
+    """``if (cond) `` for the block of a consumer's pack where a row's last piece is shorter than PE, else nothing
+    (Note [a pack's range test only where a row's last piece is short])."""
+    return f"if ({cond}) " if cols % pe else ""
+
+
 def relay_scratch(rows: str, ppr: int) -> dict[str, tuple[str, bool, bool]]:
     """The pieces' partials, one marked 64-bit word each, then the epoch and the blocks' count (two 32-bit words):
     zeroed once and kept between launches (the Note, marks)."""

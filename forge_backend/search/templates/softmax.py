@@ -68,8 +68,8 @@ from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACH
                      flag_knob, kept_ok, knob, launch, main_input, make_candidate, output_spec, pow2_ceil, row_fill,
                      row_loop, row_of_source, row_order, rows_aligned, scale_knob, tma_ok, typedefs, vec_ok, walk_head)
 from .fused import pair_prologue, row_loader, row_prologue_dtype
-from .relay import (RELAY_HELPERS, relay_actions, relay_consts, relay_defaults, relay_kernel, relay_launch,
-                    relay_scratch, relay_valid)
+from .relay import (RELAY_HELPERS, pack_test, relay_actions, relay_consts, relay_defaults, relay_kernel,
+                    relay_launch, relay_scratch, relay_valid)
 from .resident import (resident_actions, resident_consts, resident_defaults, resident_kernel, resident_launch,
                        resident_scratch, resident_valid)
 from .target import layout_ok, smem_limit
@@ -666,11 +666,12 @@ extern "C" __global__ __launch_bounds__(NT) void softmax_fin({_x_params(card)}, 
 """
 
 
-def _relay_reduce(once: bool, pair: str | None) -> str:
+def _relay_reduce(once: bool, pair: str | None, test: str) -> str:
     """The relay's reduce of a warp's share of a piece: max, then sum of exp. ``once`` (Note [a prologue evaluated
     once, into its slot]): the prologue's values replace the raw packs, in registers and in the slot, two at a time
     (``fx2``) where ``pair`` is set. The sum tests for a share with no finite value once, and ``pair`` (a 16-bit pair
-    type, where the packs hold the values the max is over) takes the max over packed pairs (Note [a lean reduce])."""
+    type, where the packs hold the values the max is over) takes the max over packed pairs (Note [a lean reduce]).
+    ``test`` opens each pack's block: its range test, or nothing (``pack_test``)."""
     x = "to_f" if once else "xv"
     # Note [a prologue two elements at a time] in fused.py: fx2 where the packs hold 16-bit values
     fx = """
@@ -694,7 +695,7 @@ def _relay_reduce(once: bool, pair: str | None) -> str:
       float m = -CUDART_INF_F;
 #pragma unroll
       for (int i = 0; i < NPL; ++i)
-        if (c0 + wc + (i * 32 + lane) * VEC < COLS) {{
+        {test}{{
           pk[i] = sp[i * 32 + lane];{put}{peak}
         }}
       m = group_all<32, 32>(m, Max(), (float*)nullptr);
@@ -702,7 +703,7 @@ def _relay_reduce(once: bool, pair: str | None) -> str:
       if (m != -CUDART_INF_F) {{  // sexp's test (Note [safe exp]), once for the warp's share
 #pragma unroll
         for (int i = 0; i < NPL; ++i)
-          if (c0 + wc + (i * 32 + lane) * VEC < COLS) {{
+          {test}{{
 #pragma unroll
             for (int j = 0; j < VEC; ++j) sum += __expf({x}(pk[i].v[j]) - m);
           }}
@@ -949,7 +950,7 @@ __device__ __forceinline__ T narrow(float v) { return narrow_to(v, (T*)nullptr);
 
 def _relay_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
     """Note [rows relayed through global memory] (relay.py): a piece's (max, sum), combined with MaxSum."""
-    once = bool(p.get("once"))  # Note [a prologue evaluated once, into its slot]
+    once, cols = bool(p.get("once")), card.sizes["cols"]  # Note [a prologue evaluated once, into its slot]
     x = "to_f" if once else "xv"
     val = f"{x}(p.v[j]) - m - lse" if log else f"__expf({x}(p.v[j]) - m) * inv"
     pre = "const float lse = __logf(st.y);" if log else "const float inv = 1.f / st.y;"
@@ -965,7 +966,7 @@ def _relay_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
 #pragma unroll
       for (int i = 0; i < {n}; ++i) {{
         const int col = c0 + wc + (i * 32 + lane) * {w};
-        if (col < COLS) {{
+        {pack_test("col < COLS", cols, p["pe"])}{{
           const {pin} p = {src}[i * 32 + lane];
           {pout} o;
 #pragma unroll
@@ -973,14 +974,15 @@ def _relay_source(card: OperatorCard, p: dict[str, Any], log: bool) -> str:
           stp<TO, {w}>(yr + col, o);
         }}
       }}"""
-    return _raw_header(card, p, relay_consts(p, card.sizes["cols"])) + RELAY_HELPERS + """
+    return _raw_header(card, p, relay_consts(p, cols)) + RELAY_HELPERS + """
 typedef float2 V;
 typedef MaxSum Op;
 __device__ __forceinline__ V ident() { return make_float2(-CUDART_INF_F, 0.f); }
 __device__ __forceinline__ float2 pack_stat(V v) { return v; }  // (max, sum of exp): the sum is >= 0
 __device__ __forceinline__ V unpack_stat(float2 f, int) { return f; }
 """ + relay_kernel("softmax_relay", p, "const T* __restrict__ x, TO* __restrict__ y",
-                   _relay_reduce(once, _relay_pair(card, once)),
+                   _relay_reduce(once, _relay_pair(card, once),
+                                 pack_test("c0 + wc + (i * 32 + lane) * VEC < COLS", cols, p["pe"])),
                    "\n          const float2 fin = a;", write, wrote_slot=once)
 
 
