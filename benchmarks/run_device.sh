@@ -3,8 +3,10 @@
 # wheels (.whl: diskcache, openai and its dependencies, diffusers; benchmarks/device_wheels.sh fetches them here),
 # then, by the first argument:
 #   tests   the GPU tests (templates, runtime isolation, planted kernels, ResNet-50 cold/warm cache, LLM search);
-#           the whole suite no longer fits one call (forty-sixth session, cold: 247 of 341 tests in 530 s, and
-#           every test but tests/test_templates_gpu.py over 300 s), so run it as two calls:
+#           the whole suite no longer fits one call (forty-sixth session, cold: 247 of 341 tests in 530 s; forty-
+#           seventh, cold, with every test's duration: 348 s for every test but tests/test_templates_gpu.py, of
+#           which the two ResNet-50 cold/warm tests 115 s, the worker fault test 44 s and the green contexts' own
+#           process 34 s, and 137 s for test_templates_gpu.py in two halves), so run it as two calls:
 #           `tests --ignore=tests/test_templates_gpu.py tests` (T=560) and `tests tests/test_templates_gpu.py`
 #   ops     benchmarks/bench_ops.py    -> ops.json/.md, first_kernels.json/.md
 #   models  benchmarks/bench_models.py -> models.json/.md

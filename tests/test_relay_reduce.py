@@ -96,3 +96,17 @@ def test_a_packs_range_test_is_left_out_only_where_every_row_is_whole_pieces() -
         assert card.sizes["cols"] % p["pe"], (card, p)
         src = sm.generate(card, p).source
         assert src.count(tests[0]) == 2 and src.count(tests[1]) == 1, card
+
+
+def test_plain_softmaxes_of_whole_pieces_root_in_writers_of_their_own() -> None:
+    """Note [writers of their own for whole pieces] (templates/softmax.py): eight reducer and eight writer warps in
+    seven slots where every row is whole pieces and no prologue runs; the joint relay elsewhere."""
+    for card in (tc.softmax((64, 262144), "bfloat16"), tc.softmax((64, 262144), "float32"),
+                 tc.softmax((128, 131072), "float16", log=True)):
+        root = sm.root_params(card)
+        assert card.sizes["cols"] % root["pe"] == 0
+        assert root["writers"] is True and "lag" not in root and (root["nw"], root["k"]) == (8, 7), root
+        assert sm.valid(card, root) and sm.defaults(card, "relay")["lag"] == 3  # the joint relay's defaults stand
+    for card in (tc.softmax((64, 248320), "bfloat16"), tc.softmax_fused(SOFTCAP, [((64, 262144), "bfloat16")])):
+        root = sm.root_params(card)
+        assert root["strategy"] == "relay" and "writers" not in root and "lag" in root, root

@@ -342,7 +342,9 @@ def test_relay_softmax_streams_pieces_through_every_sm() -> None:
     p = sm.defaults(card, "relay")
     # Note [the first copies a few at a time]: two at a time
     assert p == {"strategy": "relay", "vec": 4, "pe": 8192, "nw": 16, "nc": 1, "k": 6, "lag": 3, "ramp": 2}
-    assert sm.valid(card, p) and sm.seeds(card)[0] == p and sm.seeds(card)[1]["strategy"] == "cluster"
+    # Note [writers of their own for whole pieces]: the root takes them, in seven slots; these defaults stay joint
+    root = {**{k: v for k, v in p.items() if k != "lag"}, "writers": True, "nw": 8, "k": 7}
+    assert sm.valid(card, p) and sm.seeds(card)[0] == root and sm.seeds(card)[1]["strategy"] == "cluster"
     cand = sm.generate(card, p)
     # Note [the GPU's SM count in a plan]: one block per SM of the GPU that launches it
     with pytest.raises(PlanError, match="unknown size 'num_sms'"):

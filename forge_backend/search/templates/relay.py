@@ -513,7 +513,11 @@ def relay_consts(p: dict[str, Any], cols: int, vbytes: int = 8) -> dict[str, int
 # beside the same source without the tests; every swap passed the verifier; results/h200/probe_session47_guards_*):
 # the soft cap 29.6, 29.5 us against 30.0, 30.2; the softmax [64,262144] bf16 21.6, 21.7 against 21.6, 21.7; fp32
 # 34.9, 34.8 against 35.0, 35.1; the group norm [1,512,128,128] fp32 19.7, 19.9 against 19.7, 19.6. So the
-# softmaxes' relay leaves the test out where it can, and the group norm's keeps it (a tie at best there).
+# softmaxes' relay leaves the test out where it can, and the group norm's keeps it (a tie at best there). Ops run AL
+# (ops_session47_guards.json, 25-iteration searches): the soft cap 29.7 us, 79.7% of the copy bandwidth by events and
+# 80.1% by graph replay (30.1 us, 78.2% and 79.8% in run AK); the bf16 softmax 21.2 us, 74.4%, its search taking
+# writers of their own (Note [writers of their own for whole pieces] in softmax.py; 21.6, 72.5% in run AI); fp32 35.0
+# us, 90.1% (35.1, 89.4% in run AI).
 def pack_test(cond: str, cols: int, pe: int) -> str:
     """``if (cond) `` for the block of a consumer's pack where a row's last piece is shorter than PE, else nothing
     (Note [a pack's range test only where a row's last piece is short])."""

@@ -223,8 +223,12 @@ def root_params(card: OperatorCard) -> dict[str, Any]:
         order = ("relay",)
     for s in order + ("cluster", "split", "block"):
         p = defaults(card, s)
-        if valid(card, p):
-            return p
+        # Note [writers of their own for whole pieces]: where every row is whole pieces, those first
+        whole = s == "relay" and not _fused(card) and cols % p["pe"] == 0
+        for q in ([{**{k: v for k, v in p.items() if k != "lag"}, "writers": True, "nw": p["nw"] // 2, "k": 7}]
+                  if whole else []) + [p]:
+            if valid(card, q):
+                return q
     raise AssertionError(f"no valid softmax strategy for rows={rows} cols={cols}")  # "block"+"none" always fits
 
 
@@ -866,6 +870,21 @@ def _relay_layout_ok(card: OperatorCard, vec: int) -> bool:
 # root 21.7, 21.6, 21.9, 21.7 us, the write folded 21.9, 21.9, 21.8, 21.6, the reduce 21.4, 21.4, 21.6, 21.7, both
 # 21.8, 22.0, 21.8, 22.1; the soft cap root 30.2, 30.1, 29.8, 29.8, write 30.5, 29.9, 30.1, 30.3, reduce 30.3, 30.2,
 # 30.0, 30.2, both 30.3, 30.4, 30.2, 30.0; fp32 root 35.1, 35.1, 35.0, 34.8, the swaps 34.8-35.3. Not kept.
+
+
+# Note [writers of their own for whole pieces]
+# With the range tests left out (Note [a pack's range test only where a row's last piece is short] in relay.py), the
+# plain softmax's search at [64,262144] bf16 took writers of their own (Note [writers of their own] in relay.py) at its
+# last iteration: 21.2 us against the joint root's 21.4 in the same search (ops run AL, ops_session47_guards.json).
+# Around it, each twice beside the joint root in one run (results/h200/probe_session47_bf16_writers*.json, plans
+# bf16_writers.sh and bf16_writers_more.sh): eight reducer and eight writer warps in seven slots of 32 KB 20.9, 20.7
+# us, then 20.7, 20.9, against the root's 21.9, 21.6, then 21.4, 21.5; six slots 20.8, 21.2; five 22.4, 22.3; a ramp
+# of 1 23.3, 23.1, of 3 21.0, 21.1; two resolvers 22.1, 21.8; four and four warps 21.2, 21.4; 16 KB pieces in 12 or
+# 14 slots 22.4-22.8. fp32 [64,262144] (32 KB pieces as well): seven slots 34.2, 34.2 against 34.5, 34.6, six 34.3,
+# 34.5. So a plain softmax whose rows are whole pieces takes them as its root; rows with a short last piece keep
+# the joint relay (the search reaches writers in one action: [64,248320] bf16 took them in ops run AI). Ops run AM
+# (ops_session47_writers.json, 25-iteration searches, each won by this root): bf16 20.8 us, 75.5% of the copy
+# bandwidth by events (21.6 and 72.5% in run AI); fp32 34.1 us, 91.9% (35.1, 89.4% in AI).
 
 
 # Note [a lean reduce]
