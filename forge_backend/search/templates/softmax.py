@@ -69,7 +69,7 @@ from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACH
                      row_loop, row_of_source, row_order, rows_aligned, scale_knob, tma_ok, typedefs, vec_ok, walk_head)
 from .fused import pair_prologue, row_loader, row_prologue_dtype
 from .relay import (RELAY_HELPERS, pack_test, relay_actions, relay_consts, relay_defaults, relay_kernel,
-                    relay_launch, relay_scratch, relay_valid)
+                    relay_launch, relay_scratch, relay_valid, relay_writers)
 from .resident import (resident_actions, resident_consts, resident_defaults, resident_kernel, resident_launch,
                        resident_scratch, resident_valid)
 from .target import layout_ok, smem_limit
@@ -225,8 +225,7 @@ def root_params(card: OperatorCard) -> dict[str, Any]:
         p = defaults(card, s)
         # Note [writers of their own for whole pieces]: where every row is whole pieces, those first
         whole = s == "relay" and not _fused(card) and cols % p["pe"] == 0
-        for q in ([{**{k: v for k, v in p.items() if k != "lag"}, "writers": True, "nw": p["nw"] // 2, "k": 7}]
-                  if whole else []) + [p]:
+        for q in ([{**relay_writers(p)[1], "k": 7}] if whole else []) + [p]:
             if valid(card, q):
                 return q
     raise AssertionError(f"no valid softmax strategy for rows={rows} cols={cols}")  # "block"+"none" always fits
