@@ -67,7 +67,7 @@ def relay_variants(isz: int) -> list[dict[str, Any]]:
 
 
 def relay_once_variants() -> list[dict[str, Any]]:
-    """Note [a prologue evaluated once, into its slot] (softmax.py): relays over bf16 logits with the prologue
+    """Note [a prologue evaluated once, into its slot] (softmax_relay.py): relays over bf16 logits with the prologue
     evaluated three times an element and once (`--strategy relay`)."""
     base = {"strategy": "relay", "vec": 8, "pe": 16384, "nw": 16, "nc": 1, "k": 6, "lag": 3}
     return [base, {**base, "once": True}, {**base, "once": True, "nc": 2}, {**base, "once": True, "lag": 2},

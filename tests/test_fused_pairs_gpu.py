@@ -1,6 +1,6 @@
 """GPU: ``fx2`` (Note [a prologue two elements at a time] in templates/fused.py) against the element-wise prologue the
 relay evaluated before it, ``narrow(xv(v))``, over every 16-bit input, each in both halves of a word. The header is
-the relay's own (softmax._raw_header), so both sides compile as the kernels do (--use_fast_math)."""
+the relay's own (softmax_relay.raw_header), so both sides compile as the kernels do (--use_fast_math)."""
 from __future__ import annotations
 
 import pytest
@@ -11,6 +11,7 @@ from forge_backend.contract import Candidate
 from forge_backend.runtime.launch import Launcher
 from forge_backend.runtime.nvrtc import compile_candidate
 from forge_backend.search.templates import softmax as sm
+from forge_backend.search.templates.softmax_relay import raw_header
 from forge_backend.search.templates.relay import relay_consts
 from planted import UNARY_PLAN, unary_card
 
@@ -47,7 +48,7 @@ def test_fx2_gives_the_element_wise_prologue_bit_for_bit(expr: str, dtype: str) 
     card = tc.softmax_fused(expr, [((4, 65536), dtype)])
     assert sm._once_ok(card)
     p = {**sm.defaults(card, "relay"), "once": True}
-    src = sm._raw_header(card, p, relay_consts(p, card.sizes["cols"])) + KERNEL
+    src = raw_header(card, p, relay_consts(p, card.sizes["cols"])) + KERNEL
     assert "unsigned fx2(unsigned w)" in src
     run_card = unary_card("aten.relu.default", 2 * 65536)
     cand = Candidate.from_parts(src, PLAN, f"fx2 {expr}")

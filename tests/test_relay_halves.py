@@ -1,4 +1,4 @@
-"""Knob ``halves`` of the softmax's relay (Note [stores of whole sectors] in templates/softmax.py): a lane's write
+"""Knob ``halves`` of the softmax's relay (Note [stores of whole sectors] in templates/softmax_relay.py): a lane's write
 reads half packs, so each of its stores is 16 bytes of whole sectors where an output pack is 32 bytes."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The softmax relay's reduce (Note [a lean reduce] in templates/softmax.py): the max over packed 16-bit pairs where the
-slot's packs hold the softmax's own values, and the test of a warp share with no finite value taken once."""
+"""The softmax relay's reduce (Note [a lean reduce] in templates/softmax_relay.py): the max over packed 16-bit pairs
+where the slot's packs hold the softmax's own values, and the test of a warp share with no finite value taken once."""
 from __future__ import annotations
 
 import re
@@ -99,8 +99,8 @@ def test_a_packs_range_test_is_left_out_only_where_every_row_is_whole_pieces() -
 
 
 def test_plain_softmaxes_of_whole_pieces_root_in_writers_of_their_own() -> None:
-    """Note [writers of their own for whole pieces] (templates/softmax.py): eight reducer and eight writer warps in
-    seven slots where every row is whole pieces and no prologue runs; the joint relay elsewhere."""
+    """Note [writers of their own for whole pieces] (templates/softmax_relay.py): eight reducer and eight writer warps
+    in seven slots where every row is whole pieces and no prologue runs; the joint relay elsewhere."""
     for card in (tc.softmax((64, 262144), "bfloat16"), tc.softmax((64, 262144), "float32"),
                  tc.softmax((128, 131072), "float16", log=True)):
         root = sm.root_params(card)

@@ -224,8 +224,8 @@ RELAY = [
 
 
 SOFTCAP = "to_float32(mul(tanh(div(x0,30.0)),30.0))"
-# Note [a prologue evaluated once, into its slot] (softmax.py): the soft cap with a last piece of 4464 elements, at
-# Gemma's shape in 32 and 48 KB pieces, an fp16 soft cap, and a bf16 prologue into bf16
+# Note [a prologue evaluated once, into its slot] (softmax_relay.py): the soft cap with a last piece of 4464 elements,
+# at Gemma's shape in 32 and 48 KB pieces, an fp16 soft cap, and a bf16 prologue into bf16
 RELAY_ONCE = [
     (tc.softmax_fused(SOFTCAP, [((3, 70000), "bfloat16")]),
      {"pe": 8192, "nw": 16, "nc": 1, "k": 6, "lag": 2, "once": True}),
@@ -246,10 +246,10 @@ def test_relay_evaluating_the_prologue_once_passes_the_verifier(case):
     check(card, {**family_for(card).defaults(card, "relay"), **knobs})
 
 
-# Note [stores of whole sectors] (softmax.py): the write reads half packs, so a lane stores 16 bytes of fp32: the soft
-# cap with a last piece of 4464 elements (the prologue evaluated once and three times), at Gemma's shape in the root's
-# layout and in 32 KB pieces, over fp16, with writers of their own, and the plain sampling softmax's widening; the
-# same cards' 32-byte stores, the defaults' before the knob
+# Note [stores of whole sectors] (softmax_relay.py): the write reads half packs, so a lane stores 16 bytes of fp32: the
+# soft cap with a last piece of 4464 elements (the prologue evaluated once and three times), at Gemma's shape in the
+# root's layout and in 32 KB pieces, over fp16, with writers of their own, and the plain sampling softmax's widening;
+# the same cards' 32-byte stores, the defaults' before the knob
 RELAY_HALVES = [
     (tc.softmax_fused(SOFTCAP, [((3, 70000), "bfloat16")]),
      {"pe": 8192, "nw": 16, "nc": 1, "k": 6, "lag": 2, "once": True, "halves": True}),

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The relay softmaxes' write with the division folded into the exponent after x - m (probe_variants.py --swap, the
 # same run): ex2((x - m) * log2e - log2 sum), FADD, FFMA, MUFU instead of FADD, FMUL, MUFU, FMUL an element, as exact
-# as the root (Note [the division folded into the exponent: measured, not kept] in templates/softmax.py); each root
-# twice, fp32 outputs included. Run on the device after `benchmarks/run_device.sh setup`:
+# as the root (Note [the division folded into the exponent: measured, not kept] in templates/softmax_relay.py); each
+# root twice, fp32 outputs included. Run on the device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/exp2_exact.sh   -> $OUT/probe_exp2_exact.json, .log
 . benchmarks/plans/common.sh
 L=1.4426950408889634f

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Knob exps was reverted after these runs (trial commit 2739f3a): its params are no longer valid on later code.
-# Knob exps (Note [exps kept in registers: measured, not kept] in softmax.py): the consumers keep exp(x - their
+# Knob exps (Note [exps kept in registers: measured, not kept] in softmax_relay.py): the consumers keep exp(x - their
 # max) in registers and free the slot after the reduce. The soft cap, the plain softmaxes of [64,262144] and the
 # sampling softmax, each root first and last. Run on the device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/exps.sh   -> $OUT/probe_exps.json, .log

@@ -4,7 +4,7 @@
 # --swap, the same run). bf16: the exps rounded to bf16 in pairs (cvt.rn.bf16x2); fp32: as they are. Each root twice
 # beside its swap. Run on the device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/exps_in_slot.sh   -> $OUT/probe_exps_in_slot.json, .log
-# Ran on the source of a9bf3f6, before Note [a lean reduce] (softmax.py). probe_variants.py skips a swap whose
+# Ran on the source of a9bf3f6, before Note [a lean reduce] (softmax_relay.py). probe_variants.py skips a swap whose
 # texts a source lacks, as later code lacks those of the reduce.
 . benchmarks/plans/common.sh
 RX='for (int j = 0; j < VEC; ++j) sum += sexp(xv(pk[i].v[j]), m);'

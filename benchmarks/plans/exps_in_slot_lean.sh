@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# exps_in_slot.sh again on the lean reduce (Note [a lean reduce] in templates/softmax.py), which came after it: the
-# reduce keeps exp(x - its warp's max) in the slot in place of x, and the write takes it back times
+# exps_in_slot.sh again on the lean reduce (Note [a lean reduce] in templates/softmax_relay.py), which came after it:
+# the reduce keeps exp(x - its warp's max) in the slot in place of x, and the write takes it back times
 # exp(warp max - row max) / sum (a share with no finite value kept its -inf: max(e, 0) makes it 0, and NaN stays NaN
 # through the sum). bf16: the exps rounded to bf16 in pairs; fp32: as they are. Each root twice beside its swap
 # (`swap_roots`). Run on the device after `benchmarks/run_device.sh setup`:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Knob exps was reverted after these runs (trial commit 2739f3a): its params are no longer valid on later code.
-# Knob exps (Note [exps kept in registers: measured, not kept] in softmax.py) with the lag its ring allows at 64
-# values a lane: 16 KB pieces at a lag of 3, 8 KB pieces at 4, 5 and 7; each root first and last. Run on the device after
-# `benchmarks/run_device.sh setup`:
+# Knob exps (Note [exps kept in registers: measured, not kept] in softmax_relay.py) with the lag its ring allows at 64
+# values a lane: 16 KB pieces at a lag of 3, 8 KB pieces at 4, 5 and 7; each root first and last. Run on the device
+# after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/exps_lag.sh   -> $OUT/probe_exps_lag.json, .log
 . benchmarks/plans/common.sh
 R="strategy=relay,vec=8,pe=8192,nw=16,nc=1,k=10,lag=4,ramp=2,once=true,halves=true"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Knob halves (Note [stores of whole sectors] in softmax.py) at the widening softmaxes, the root first and last and
-# between: the soft cap [64,262144] bf16 -> fp32 (its root, its root in 32 KB pieces, with writers of their own) and
+# Knob halves (Note [stores of whole sectors] in softmax_relay.py) at the widening softmaxes, the root first and last
+# and between: the soft cap [64,262144] bf16 -> fp32 (its root, its root in 32 KB pieces, with writers of their own) and
 # the plain sampling softmax. Run on the device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/halves.sh   -> $OUT/probe_halves.json, .log
 . benchmarks/plans/common.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The soft cap's relay with knob halves (Note [stores of whole sectors] in softmax.py): its slots, lag, ramp and
+# The soft cap's relay with knob halves (Note [stores of whole sectors] in softmax_relay.py): its slots, lag, ramp and
 # consumer warps one step either way, that layout first and last. Run on the device after
 # `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/halves_more.sh   -> $OUT/probe_halves_more.json, .log

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Layouts around the bf16 softmax's relay root with the lean reduce (Note [a lean reduce] in templates/softmax.py):
-# slots and lag one step either way, half the consumer warps, writers of their own, a ramp of 3, 8 KB pieces; the
-# root, the variants, the root, the variants in one run (`twice`). Then the root's timeline. Run on the device after
-# `benchmarks/run_device.sh setup`:   OUT=$OUT bash benchmarks/plans/lean_grid.sh   -> $OUT/probe_lean_grid.*, $OUT/tr
+# Layouts around the bf16 softmax's relay root with the lean reduce (Note [a lean reduce] in
+# templates/softmax_relay.py): slots and lag one step either way, half the consumer warps, writers of their own, a ramp
+# of 3, 8 KB pieces; the root, the variants, the root, the variants in one run (`twice`). Then the root's timeline. Run
+# on the device after `benchmarks/run_device.sh setup`:   OUT=$OUT bash benchmarks/plans/lean_grid.sh   ->
+# $OUT/probe_lean_grid.*, $OUT/tr
 . benchmarks/plans/common.sh
 C="softmax [64,262144] bf16"
 R="strategy=relay,vec=8,pe=16384,nc=1,ramp=2"

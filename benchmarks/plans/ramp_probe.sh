@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The relay's first copies a few at a time (Note [the first copies a few at a time] in templates/relay.py) against
-# each case's root, same run per case: the root first, ramps of 1-4 copies, the root again last (the spread of one
-# layout timed twice). Run on the device after `benchmarks/run_device.sh setup`:
+# The relay's first copies a few at a time (Note [the first copies a few at a time] in templates/relay_pipeline.py)
+# against each case's root, same run per case: the root first, ramps of 1-4 copies, the root again last (the spread of
+# one layout timed twice). Run on the device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/ramp_probe.sh    -> $OUT/probe_ramp.json, $OUT/probe_ramp.log
 . benchmarks/plans/common.sh
 J8="strategy=relay,vec=8,pe=16384,nc=1,nw=16,lag=3,k=6"  # the bf16 softmax's root until the ramp

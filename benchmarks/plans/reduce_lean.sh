@@ -5,7 +5,7 @@
 # element; 2 both; 3 both with every eighth exp on the FMA pipe (pexp, as in poly_exp.sh); 4 both with every fourth.
 # The joint root twice; then the fp32 root twice beside swap 1. Run on the device after
 # `benchmarks/run_device.sh setup`:   OUT=$OUT bash benchmarks/plans/reduce_lean.sh   -> $OUT/probe_reduce_lean.*
-# Ran on the source of a9bf3f6, before Note [a lean reduce] (softmax.py). probe_variants.py skips a swap whose
+# Ran on the source of a9bf3f6, before Note [a lean reduce] (softmax_relay.py). probe_variants.py skips a swap whose
 # texts a source lacks, as later code lacks those of the reduce.
 . benchmarks/plans/common.sh
 PEXP='__device__ __forceinline__ float pexp(float d) { float t; asm("max.NaN.f32 %0, %1, %2;" : "=f"(t) : "f"(d * 1.4426950408889634f), "f"(-126.5f)); const float r = __fadd_rd(t, 12582912.f); const float f = t - (r - 12582912.f); const float p = fmaf(fmaf(fmaf(0.07706618f, f, 0.22764593f), f, 0.6951166f), f, 1.f); return p * __int_as_float((__float_as_int(r) << 23) + 0x3f800000); }'

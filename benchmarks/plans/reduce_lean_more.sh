@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# On top of Note [a lean reduce] (softmax.py), the bf16 softmax root (probe_variants.py --swap, the same run): swap 0
-# a running max of packed pairs over the lane's packs, widened once (two fewer widenings and FMNMX a pack); swap 1
-# the sum in two accumulators (a dependent chain half as long); swap 2 both. The root twice beside them. Run on the
+# On top of Note [a lean reduce] (softmax_relay.py), the bf16 softmax root (probe_variants.py --swap, the same run):
+# swap 0 a running max of packed pairs over the lane's packs, widened once (two fewer widenings and FMNMX a pack); swap
+# 1 the sum in two accumulators (a dependent chain half as long); swap 2 both. The root twice beside them. Run on the
 # device after `benchmarks/run_device.sh setup`:   OUT=$OUT bash benchmarks/plans/reduce_lean_more.sh
 . benchmarks/plans/common.sh
 ACC='float m = -CUDART_INF_F;=>float m = -CUDART_INF_F; __nv_bfloat162 acc = __float2bfloat162_rn(-CUDART_INF_F);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The soft cap's tanh (the Note after Note [a prologue evaluated once, into its slot] in softmax.py): every bf16
+# The soft cap's tanh (the Note after Note [a prologue evaluated once, into its slot] in softmax_relay.py): every bf16
 # input through tanhf and cheaper forms (benchmarks/tanh_bf16_exhaustive.py), then the soft-capped softmax's root,
 # whose tanh was the cheap form in the code it ran on (commit 7756f54, reverted after), against the same kernel with
 # tanhf swapped back in, alternately in one probe run. On today's code the swap finds nothing to replace. Run on the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Writers of their own against the joint relay (Note [writers of their own] in templates/relay.py), same run per
-# case: the root (first in every probe), the layouts around it, and the root's rival again last (the spread of one
+# Writers of their own against the joint relay (Note [writers of their own] in templates/relay_pipeline.py), same run
+# per case: the root (first in every probe), the layouts around it, and the root's rival again last (the spread of one
 # layout timed twice). Run on the device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/writers_probe.sh    -> $OUT/probe_<part>/probe.json, $OUT/probe_<part>.log
 . benchmarks/plans/common.sh

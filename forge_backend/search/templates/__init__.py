@@ -10,9 +10,11 @@ Each family module exposes the same functions over an OperatorCard:
 * ``generate(card, params) -> Candidate``: device source + launch plan
 
 Dependency direction: proposer -> family modules (softmax, reduce, norm, group_norm, pool, fused, elementwise, conv)
--> common -> contract, cards; fused also takes elementwise's knobs, and softmax and norm (through epilogue) reuse
-fused's expression code for the prologue / epilogue of kforge.softmax / kforge.norm. No module here imports
-torch._dynamo or the runtime.
+-> their strategy and source modules (softmax -> softmax_relay -> softmax_rows -> softmax_card; group_norm ->
+gn_kernels, gn_lag, gn_shared; conv -> conv_kernels, conv_bands, conv_flat, conv_shared; relay and relay_pipeline ->
+relay_held; resident) -> common -> contract, cards; fused also takes elementwise's knobs, and softmax and norm
+(through epilogue) reuse fused's expression code for the prologue / epilogue of kforge.softmax / kforge.norm. No
+module here imports torch._dynamo or the runtime.
 """
 from __future__ import annotations
 

@@ -167,25 +167,24 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
 
 # Note [a prologue two elements at a time]
 # The relay evaluates a fused softmax's prologue once, into its slot (Note [a prologue evaluated once, into its slot]
-# in softmax.py), where every value is the input's 16-bit type T, and stores it back as T: per element a widening, the
-# prologue's fp32 arithmetic, a paired conversion and a widening per rounding (Note [roundings off the MIO pipe] in
+# in softmax_relay.py), where every value is the input's 16-bit type T, and stores it back as T: per element a widening,
+# the prologue's fp32 arithmetic, a paired conversion and a widening per rounding (Note [roundings off the MIO pipe] in
 # common.py) and a narrowing. ``pair_prologue`` gives ``fx2``, which takes two elements as the 32-bit word that holds
 # them and returns the word of their two values, bit for bit what ``fx`` and the narrowing give each: the fp32
-# arithmetic stays per element, but a rounding converts both elements with one cvt.rn.{bf16,f16}x2.f32 and keeps
-# them packed until an fp32 operation needs them, and a product of two values of one 16-bit type (the soft cap's
-# ``* 30`` of a bf16 tanh) rounded to that type is one mul.rn.{bf16,f16}x2: such a product is exact in fp32 (at most
-# 22 significant bits), so the one rounding of the paired multiply is the fp32 product's rounding (up to fp32
-# subnormal products, which the fp32 path flushes to zero under --use_fast_math and the pair keeps, as eager does).
-# tests/test_fused_pairs.py pins the code; test_fused_pairs_gpu.py compares fx2 with fx, narrowed, over every 16-bit
-# input in both halves of a word for nine prologues: the same bits at every input of magnitude 2^-60 or more (below
-# it an fp32 product can be subnormal).
+# arithmetic stays per element, but a rounding converts both elements with one cvt.rn.{bf16,f16}x2.f32 and keeps them
+# packed until an fp32 operation needs them, and a product of two values of one 16-bit type (the soft cap's ``* 30`` of
+# a bf16 tanh) rounded to that type is one mul.rn.{bf16,f16}x2: such a product is exact in fp32 (at most 22 significant
+# bits), so the one rounding of the paired multiply is the fp32 product's rounding (up to fp32 subnormal products, which
+# the fp32 path flushes to zero under --use_fast_math and the pair keeps, as eager does). tests/test_fused_pairs.py pins
+# the code; test_fused_pairs_gpu.py compares fx2 with fx, narrowed, over every 16-bit input in both halves of a word for
+# nine prologues: the same bits at every input of magnitude 2^-60 or more (below it an fp32 product can be subnormal).
 # Measured on the H200 (thirty-ninth session; results/h200/probe_session39_ceilings.json first had the soft cap's root
-# at 28.3 and 27.9 us with its prologue left out, against 32.3 and 32.2, and 31.6 and 31.5 with only its tanh left
-# out, each unverified): one run, the root twice, each beside the element-wise prologue swapped back in
+# at 28.3 and 27.9 us with its prologue left out, against 32.3 and 32.2, and 31.6 and 31.5 with only its tanh left out,
+# each unverified): one run, the root twice, each beside the element-wise prologue swapped back in
 # (probe_session39_softcap_pairs_ab.json): the soft-capped softmax [64, 262144] bf16 -> fp32 30.7 and 31.0 us against
 # 32.2 and 32.3; the sampling softmax (to_float32 of bf16 logits, whose fx2 is the word itself) 28.3 and 28.1 against
-# 28.9 and 29.3. Ops run AJ (25 iterations): the soft cap 30.9 us, 76% of the copy bandwidth by events (73% in run
-# AI), 77% by graph replay, 85% by kernel time; run AK, after Note [eight slots for a paired prologue] in softmax.py:
+# 28.9 and 29.3. Ops run AJ (25 iterations): the soft cap 30.9 us, 76% of the copy bandwidth by events (73% in run AI),
+# 77% by graph replay, 85% by kernel time; run AK, after Note [eight slots for a paired prologue] in softmax_relay.py:
 # 30.1 us, 78.2%, 79.8% and 86.3%. A tanh.approx.bf16x2 in place of the two fp32 tanhs failed the verifier (it rounds
 # 2,086 of the 65,536 bf16 inputs one ulp off tanh.approx.f32's rounding, and SASS has it as two MUFU.TANH.BF16, no
 # fewer; benchmarks/softcap_pairs_exhaustive.py, results/h200/softcap_pairs_exhaustive_session39.json).

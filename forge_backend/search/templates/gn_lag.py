@@ -143,7 +143,7 @@ __device__ __forceinline__ uint4 ld_hint(const void* p, unsigned long long pol) 
 
 def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     """The kernel of the Note for layout ``p``."""
-    gs, ng, isz = card.sizes["group_size"], card.sizes["N"] * card.sizes["G"], main_itemsize(card)
+    gs, ng = card.sizes["group_size"], card.sizes["N"] * card.sizes["G"]
     vec, nt, bpb, lag, unroll = p["vec"], p["block"], p["bpb"], p["lag"], p["unroll"]
     early = int(bool(p.get("early")))  # Note [a statistic published before the wait]: one more entry each
     nb = SMS * bpb

@@ -2,11 +2,11 @@
 is resolved.
 
 Note [pieces held in the writers' registers]
-With writers of their own (Note [writers of their own] in relay.py) a piece holds its slot from its load until its
-row's statistic is resolved and the writers have written it. At [1,128,1024,1024] fp32 a group is 512 pieces of 32 KB,
-about four a block, and a piece waits about 13 us from its publish to its statistic (twentieth session's timeline):
-four of a block's seven slots wait on each group while three load, and the steady state streams at 76% of the copy
-bandwidth. The bytes a block can hold bound how far its loads run ahead of the statistics; the slots are all the
+With writers of their own (Note [writers of their own] in relay_pipeline.py) a piece holds its slot from its load until
+its row's statistic is resolved and the writers have written it. At [1,128,1024,1024] fp32 a group is 512 pieces of
+32 KB, about four a block, and a piece waits about 13 us from its publish to its statistic (twentieth session's
+timeline): four of a block's seven slots wait on each group while three load, and the steady state streams at 76% of the
+copy bandwidth. The bytes a block can hold bound how far its loads run ahead of the statistics; the slots are all the
 shared memory, but the register file (256 KB an SM) mostly idles.
 
 With REGS = R, writer warp j copies its share of a piece from the slot into registers as soon as the piece is reduced
