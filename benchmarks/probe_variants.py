@@ -117,7 +117,7 @@ def row_norm_variants(vec: int, cols: int) -> list[dict[str, Any]]:
 
 def conv_variants() -> list[dict[str, Any]]:
     """The depthwise conv1d's tiles, with and without vector channel loads (Note [vector loads of a channels-fast
-    input] in templates/conv.py)."""
+    input] in templates/conv_kernels.py)."""
     out = list(grid(strategy="tile", tl=[32, 64, 128], tc=[32, 64], block=[128, 256, 512], vec=[2, 4, 8]))
     out += list(grid(strategy="tile", tl=[32, 64, 128], tc=[32, 64], block=[128, 256, 512]))
     # Note [a window of positions in registers] (`--strategy window`)

@@ -2,7 +2,7 @@
 is compiled for sm_90 with NVRTC (as the search does) and disassembled with nvdisasm, and its STG instructions are
 counted by width. A 16-byte vector that NVRTC split shows as a run of 2- and 4-byte stores off one base register
 where a STG.E.128 was meant (the twenty-third session's flat conv, the twenty-fourth's chunks: Note [output chunks
-aligned per channel row] in templates/conv.py).
+aligned per channel row] in templates/conv_kernels.py).
 
     python benchmarks/sass_stores.py [--nvdisasm PATH] [--seeds 6] [--only SUBSTRING]
 

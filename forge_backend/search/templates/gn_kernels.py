@@ -71,42 +71,67 @@ def _gn_normalise(card: OperatorCard, src: str, stream: bool = False,
 def generate_chunks(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     """The candidate of a ``split``, ``sync``, ``cluster`` or ``pipe`` layout: its blocks each take a chunk of a
     group (``p`` is valid: group_norm.generate checks it)."""
-    s, vec, block, isz = p["strategy"], p["vec"], p["block"], main_itemsize(card)
+    k, ch, nit = _chunking(card, p)
+    source, launches, scratch = _CHUNK_KERNELS[p["strategy"]](card, p, _chunks_head(card, p, k, ch, nit), k, nit)
+    desc = "group_norm " + " ".join(f"{k_}={v}" for k_, v in sorted(p.items())) + f" K={k}"
+    return make_candidate(source, launches, desc, p, align_of(p["vec"], card_tensors(card)), scratch)
+
+
+def _chunking(card: OperatorCard, p: dict[str, Any]) -> tuple[int, int, int]:
+    """K (a group's chunks, one a block), CH (a chunk's elements) and NIT (the packs a thread holds or walks)."""
+    vec, block, gs = p["vec"], p["block"], card.sizes["group_size"]
+    if p["strategy"] == "split":
+        return p["k"], chunk_of(gs, p["k"], vec), 1
+    if p["strategy"] in ("cluster", "pipe"):
+        ch = chunk_of(gs, p["cs"], vec)
+        return p["cs"], ch, cdiv(ch, block * vec)
+    nit = p["bpt"] // (vec * main_itemsize(card))
+    ch = block * nit * vec
+    return cdiv(gs, ch), ch, nit
+
+
+def _chunks_head(card: OperatorCard, p: dict[str, Any], k: int, ch: int, nit: int) -> str:
+    """The kernels' common header: types, sizes, packs and the combine of a group's partials."""
     gs, ng = card.sizes["group_size"], card.sizes["N"] * card.sizes["G"]
-    if s == "split":
-        k, nit = p["k"], 1
-        ch = chunk_of(gs, k, vec)
-    elif s in ("cluster", "pipe"):
-        k, ch = p["cs"], chunk_of(gs, p["cs"], vec)
-        nit = cdiv(ch, block * vec)
-    else:
-        nit = p["bpt"] // (vec * isz)
-        ch = block * nit * vec
-        k = cdiv(gs, ch)
-    common_args = [("in:input", "const T* __restrict__ x", ""), ("in:weight", "const TW* __restrict__ w", "weight"),
-                   ("in:bias", "const TB* __restrict__ b", "bias"), ("scratch:part", "float4* __restrict__ part", "")]
-    tail = [("out:0", "TO* __restrict__ y", ""), ("out:1", "TM* __restrict__ mean_out", "out1"),
-            ("out:2", "TR* __restrict__ rstd_out", "out2"), (eps_arg(card, 1e-5), "float eps", "")]
-    head = f"""{PREAMBLE}
+    return f"""{PREAMBLE}
 {gn_shared.types(card)}
 typedef {"long long" if gs > 2**31 - 1 - ch else "int"} I;
-{consts(GS=gs, K=k, CH=ch, NIT=nit, VEC=vec, NT=block, HW=card.sizes["HxW"], D=card.sizes["ch_per_group"],
+{consts(GS=gs, K=k, CH=ch, NIT=nit, VEC=p["vec"], NT=p["block"], HW=card.sizes["HxW"], D=card.sizes["ch_per_group"],
         G=card.sizes["G"], TOTAL=ng * k, REV=int(p.get("reverse", False)), NG=ng,
         **({"KEEP": p["keep"]} if "keep" in p else {}))}
 typedef Pack<T, VEC> P;
 typedef Pack<TO, VEC> PO;
 {_GN_EXTRA}{TMA_HELPERS if p.get("tma") else ""}"""
-    chunk = """
+
+
+# The kernels' parameters before and after their own, as plan_params takes them (plan argument, C++, present when).
+_COMMON_ARGS = [("in:input", "const T* __restrict__ x", ""), ("in:weight", "const TW* __restrict__ w", "weight"),
+                ("in:bias", "const TB* __restrict__ b", "bias"), ("scratch:part", "float4* __restrict__ part", "")]
+
+
+def _tail_args(card: OperatorCard) -> list[tuple[str, str, str]]:
+    return [("out:0", "TO* __restrict__ y", ""), ("out:1", "TM* __restrict__ mean_out", "out1"),
+            ("out:2", "TR* __restrict__ rstd_out", "out2"), (eps_arg(card, 1e-5), "float eps", "")]
+
+
+# Chunk k of group gi: [beg, end) of the group's elements, and the group's input.
+_CHUNK = """
   const I beg = (I)k * CH, end = min(beg + (I)CH, (I)GS);
   const T* xg = x + gi * GS;"""
-    if s == "split":
-        params, args = plan_params(card, common_args + tail)
-        source = head + f"""
+
+_Kernels = tuple[str, list, Any]  # the source, its launches, its scratch
+
+
+def _split(card: OperatorCard, p: dict[str, Any], head: str, k: int, nit: int) -> _Kernels:
+    """Two launches: each chunk's partial to scratch, then every block combines its group's and normalises."""
+    ng, block = card.sizes["N"] * card.sizes["G"], p["block"]
+    params, args = plan_params(card, _COMMON_ARGS + _tail_args(card))
+    source = head + f"""
 // Pass 1: block b = group * K + k writes (count, mean, M2) of chunk k, from sums shifted by the chunk's first value.
 extern "C" __global__ __launch_bounds__(NT) void gn_stats(const T* __restrict__ x, float4* __restrict__ part) {{
   __shared__ float2 red2[32];
   const long long gi = blockIdx.x / K;
-  const int k = blockIdx.x % K;{chunk}
+  const int k = blockIdx.x % K;{_CHUNK}
   const float shift = beg < end ? to_f(xg[beg]) : 0.f;
   float2 a = make_float2(0.f, 0.f);
 #pragma unroll 4
@@ -128,15 +153,20 @@ extern "C" __global__ __launch_bounds__(NT) void gn_apply({params}) {{
   __shared__ float4 red4[32];
   const long long bi = REV ? (TOTAL - 1 - (long long)blockIdx.x) : (long long)blockIdx.x;
   const long long gi = bi / K;
-  const int k = (int)(bi % K);{chunk}{_gn_normalise(card, "global", p.get("stream", False))}
+  const int k = (int)(bi % K);{_CHUNK}{_gn_normalise(card, "global", p.get("stream", False))}
 }}
 """
-        launches = [launch("gn_stats", ng * k, block, ["in:input", "scratch:part"]), launch("gn_apply", ng * k, block, args)]
-        scratch = {"part": (ng * k * 16, False)}
-    elif s == "cluster":
-        params, args = plan_params(card, common_args[:3] + tail)
-        src = "mixed" if "keep" in p else p["cache"]  # valid() allows keep only below NIT
-        source = head + f"""
+    launches = [launch("gn_stats", ng * k, block, ["in:input", "scratch:part"]),
+                launch("gn_apply", ng * k, block, args)]
+    return source, launches, {"part": (ng * k * 16, False)}
+
+
+def _cluster(card: OperatorCard, p: dict[str, Any], head: str, k: int, nit: int) -> _Kernels:
+    """One cluster a group, its blocks' partials combined through distributed shared memory."""
+    ng, block, vec, isz = card.sizes["N"] * card.sizes["G"], p["block"], p["vec"], main_itemsize(card)
+    params, args = plan_params(card, _COMMON_ARGS[:3] + _tail_args(card))
+    src = "mixed" if "keep" in p else p["cache"]  # valid() allows keep only below NIT
+    source = head + f"""
 // One cluster of K blocks per group; block k keeps chunk k of the group (in registers or shared memory), the
 // blocks exchange their (count, mean, M2) through distributed shared memory and combine them in rank order, so
 // every block of the group gets bit-identical stats. The cluster shape sits on a declaration: the contract's
@@ -146,7 +176,7 @@ extern "C" __global__ __launch_bounds__(NT) void gn_cluster({params}) {{
   __shared__ float red[32];
   __shared__ float4 cpart, cstat;
   const long long gi = blockIdx.x / K;
-  const int k = blockIdx.x % K;{chunk}{_gn_sync_stats(src, p.get("tma", False))}
+  const int k = blockIdx.x % K;{_CHUNK}{_gn_sync_stats(src, p.get("tma", False))}
   if (threadIdx.x == 0) cpart = make_float4(n, mb, q, 0.f);
   __cluster_barrier_arrive();
   __cluster_barrier_wait();
@@ -156,13 +186,16 @@ extern "C" __global__ __launch_bounds__(NT) void gn_cluster({params}) {{
   __cluster_barrier_wait();  // no block leaves while another may still read its `cpart`
 }}
 """
-        smem = (p.get("keep", nit) if src == "mixed" else nit) * block * vec * isz if p["cache"] == "smem" else 0
-        launches = [launch("gn_cluster", ng * k, block, args, smem)]
-        scratch = None
-    elif s == "pipe":
-        params, args = plan_params(card, common_args[:3] + tail)
-        load = "ldp_cs" if p.get("stream", False) else "ldp"
-        prefetch = f"""{{
+    smem = (p.get("keep", nit) if src == "mixed" else nit) * block * vec * isz if p["cache"] == "smem" else 0
+    return source, [launch("gn_cluster", ng * k, block, args, smem)], None
+
+
+def _pipe(card: OperatorCard, p: dict[str, Any], head: str, k: int, nit: int) -> _Kernels:
+    """A fixed set of clusters walking the groups, the next group's chunk loading while this one's is written."""
+    block, vec, isz = p["block"], p["vec"], main_itemsize(card)
+    params, args = plan_params(card, _COMMON_ARGS[:3] + _tail_args(card))
+    load = "ldp_cs" if p.get("stream", False) else "ldp"
+    prefetch = f"""{{
       const T* xn = x + ngi * GS;
 #pragma unroll
       for (int i = 0; i < NIT; ++i) {{
@@ -170,7 +203,7 @@ extern "C" __global__ __launch_bounds__(NT) void gn_cluster({params}) {{
         if (e < end) nx[i] = {load}<T, VEC>(xn + e);
       }}
     }}"""
-        source = head + f"""
+    source = head + f"""
 // A fixed number of clusters of K blocks walk the groups; block k takes chunk k of every group its cluster visits.
 // The current group's chunk sits in shared memory while the loads of the next group's chunk fly into registers
 // (nx), so this group's statistics, barrier and stores overlap the next group's loads. Stats as in gn_cluster.
@@ -218,11 +251,15 @@ extern "C" __global__ __launch_bounds__(NT) void gn_pipe({params}) {{
   __cluster_barrier_wait();
 }}
 """
-        launches = [launch("gn_pipe", p["clusters"] * k, block, args, nit * block * vec * isz)]
-        scratch = None
-    else:
-        params, args = plan_params(card, common_args + [("scratch:sync", "int* __restrict__ sync", "")] + tail)
-        source = head + f"""
+    return source, [launch("gn_pipe", p["clusters"] * k, block, args, nit * block * vec * isz)], None
+
+
+def _sync(card: OperatorCard, p: dict[str, Any], head: str, k: int, nit: int) -> _Kernels:
+    """One launch: a group's blocks take tickets in order and wait for each other's partials (Note [ticket barrier
+    progress] in group_norm.py)."""
+    ng, block = card.sizes["N"] * card.sizes["G"], p["block"]
+    params, args = plan_params(card, _COMMON_ARGS + [("scratch:sync", "int* __restrict__ sync", "")] + _tail_args(card))
+    source = head + f"""
 // One launch. See Note [ticket barrier progress] in group_norm.py: sync[0] hands out chunks in order, sync[1 + group]
 // counts the group's published partials.
 extern "C" __global__ __launch_bounds__(NT) void gn_sync({params}) {{
@@ -233,7 +270,7 @@ extern "C" __global__ __launch_bounds__(NT) void gn_sync({params}) {{
   __syncthreads();
   const int t = ticket;
   const long long gi = t / K;
-  const int k = t % K;{chunk}{_gn_sync_stats(p.get("cache", "reg"))}
+  const int k = t % K;{_CHUNK}{_gn_sync_stats(p.get("cache", "reg"))}
   if (threadIdx.x == 0) {{
     part[t] = make_float4(n, mb, q, 0.f);
     __threadfence();
@@ -245,11 +282,12 @@ extern "C" __global__ __launch_bounds__(NT) void gn_sync({params}) {{
                                   p.get("stream", False))}
 }}
 """
-        smem = p["bpt"] * block if p.get("cache") == "smem" else 0
-        launches = [launch("gn_sync", ng * k, block, args, smem)]
-        scratch = {"part": (ng * k * 16, False), "sync": ((1 + ng) * 4, True)}
-    desc = "group_norm " + " ".join(f"{k_}={v}" for k_, v in sorted(p.items())) + f" K={k}"
-    return make_candidate(source, launches, desc, p, align_of(vec, card_tensors(card)), scratch)
+    smem = p["bpt"] * block if p.get("cache") == "smem" else 0
+    return source, [launch("gn_sync", ng * k, block, args, smem)], {"part": (ng * k * 16, False),
+                                                                     "sync": ((1 + ng) * 4, True)}
+
+
+_CHUNK_KERNELS = {"split": _split, "cluster": _cluster, "pipe": _pipe, "sync": _sync}
 
 
 SYNC_STATIC_SMEM = 1024  # gn_sync's own __shared__ (reduction scratch, ticket), rounded up

@@ -110,8 +110,8 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
     Knob ``regs`` (Note [pieces held in the writers' registers] in relay_held.py): the writers hold REGS pieces in
     registers and free each slot as they take its piece; ``write_piece`` must read its packs as ``sp[i * 32 + lane]``.
 
-    ``wrote_slot``: the consumers store into their share of the slot (Note [a prologue evaluated once, into its slot]
-    in softmax.py), so before a slot is freed each lane orders its stores before the copy engine's next fill of it
+    ``wrote_slot``: the consumers store into their share of the slot (Note [a prologue evaluated once, into its slot] in
+    softmax_relay.py), so before a slot is freed each lane orders its stores before the copy engine's next fill of it
     (fence.proxy.async)."""
     fence = '\n      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");' if wrote_slot else ""
     wait_row = """
@@ -131,6 +131,15 @@ def relay_kernel(name: str, p: dict[str, Any], params: str, reduce_piece: str, r
     h = held_parts("regs" in p)  # Note [pieces held in the writers' registers] in relay_held.py
     if "regs" in p:
         writers = held_writer_warps(write_piece, prefetch)
+    return (_block_setup(name, params, h, progress) + _loader(wait_row, first) + _publisher(h) + writers
+            + _resolvers(h, resolve) + f"""{consumers}  KF_TRACE_BLOCK(lane == 0, 1);
+}}
+""")
+
+
+def _block_setup(name: str, params: str, h: dict[str, str], progress: str) -> str:
+    """The kernel's signature and every warp's start: the mbarriers and slots in shared memory, the progress rule's
+    test, this block's pieces, the epoch (Note [the epoch read before the first copies])."""
     return f"""
 extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
     unsigned long long* __restrict__ part, long long rows) {{
@@ -159,7 +168,12 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }}
   __syncthreads();
-  if (warp == NW + NC) {{  // the loader: the first K pieces, then each slot again once its consumers wrote it
+"""
+
+
+def _loader(wait_row: str, first: str) -> str:
+    """The loader warp: the first K pieces (``first``), then each slot again once its consumers wrote it."""
+    return f"""  if (warp == NW + NC) {{  // the loader: the first K pieces, then each slot again once its consumers wrote it
     if (lane == 0) {{
       auto issue = [&](long long t) {{{wait_row}
         const long long g = blockIdx.x + t * NB, row = g / PPR;
@@ -176,7 +190,12 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
     }}
     return;
   }}
-  if (warp == NW + NC + 1) {{  // the publisher: each piece's partial, its warps' in warp order, as soon as reduced
+"""
+
+
+def _publisher(h: dict[str, str]) -> str:
+    """The publisher warp: each piece's partial, its warps' combined in warp order, as one marked word."""
+    return f"""  if (warp == NW + NC + 1) {{  // the publisher: each piece's partial, its warps' in warp order, as soon as reduced
     const unsigned mark = relay_mark_of(epoch);  // Note [the publisher left out of the epoch's count]
     for (long long u = 0; u < n; ++u) {{
       const int sl = (int)(u % K);
@@ -188,7 +207,12 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
     }}
     return;
   }}
-{writers}  // resolver c: the pieces in slots c, c + NC, ... (every use of a slot, in order): wait until the piece's
+"""
+
+
+def _resolvers(h: dict[str, str], resolve: str) -> str:
+    """The NC resolver warps: wait for a row's marked words, combine them in piece order, hand the statistic on."""
+    return f"""  // resolver c: the pieces in slots c, c + NC, ... (every use of a slot, in order): wait until the piece's
   // row is published, combine it in piece order
   if (warp >= NW) {{
     const unsigned mark = relay_mark(epoch, ctl, &fin, NC);
@@ -228,8 +252,6 @@ extern "C" __global__ __launch_bounds__(NT, 1) void {name}({params},
     }}
     return;
   }}
-{consumers}  KF_TRACE_BLOCK(lane == 0, 1);
-}}
 """
 
 
