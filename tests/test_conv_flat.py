@@ -1,7 +1,7 @@
-"""The ``flat`` depthwise conv1d (Note [a block's channel rows as one flat run] in templates/conv.py): a numpy model
-of the kernel's index arithmetic (the shared run with its zeros, the phase, rows that end inside a vector, the run's
-ends) checked against a float64 convolution on the CPU, and what the template accepts. The kernel itself is verified
-on the GPU (test_templates_gpu.py)."""
+"""The ``flat`` depthwise conv1d (Note [a block's channel rows as one flat run] in templates/conv_flat.py): a numpy
+model of the kernel's index arithmetic (the shared run with its zeros, the phase, rows that end inside a vector, the
+run's ends) checked against a float64 convolution on the CPU, and what the template accepts. The kernel itself is
+verified on the GPU (test_templates_gpu.py)."""
 from __future__ import annotations
 
 import numpy as np

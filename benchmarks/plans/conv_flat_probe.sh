@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The causal conv1d's flat runs (Note [a block's channel rows as one flat run] in templates/conv.py) against the root
-# (rows with two positions per lane), same run: the root first (probe_variants.py times it first), every flat layout,
-# then the root and the flat default again; the ceilings beside them: a plain copy of 64 MiB and Inductor's transpose
-# of the same bytes. Run on the device after `benchmarks/run_device.sh setup`:
+# The causal conv1d's flat runs (Note [a block's channel rows as one flat run] in templates/conv_flat.py) against the
+# root (rows with two positions per lane), same run: the root first (probe_variants.py times it first), every flat
+# layout, then the root and the flat default again; the ceilings beside them: a plain copy of 64 MiB and Inductor's
+# transpose of the same bytes. Run on the device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/conv_flat_probe.sh    -> $OUT/probe_conv_flat.json, $OUT/probe_conv_flat.log
 . benchmarks/plans/common.sh
 CASE="=causal_conv1d [1,8192,2048] bf16"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Copies in flight bounded after the first K (knob ``depth``: Note [copies in flight after the first] in
-# templates/relay.py): the relay roots of the rows of >= 64 MB under 80% of the copy bandwidth beside the same layouts
-# with at most one or two of a block's copies in flight, a ramp of 1, two resolvers; the root, the variants, the root,
-# the variants in one run (`twice`); then the bf16 softmax's timeline with one copy in flight. Run on the device after
-# `benchmarks/run_device.sh setup`:
+# Copies in flight bounded after the first K (knob ``depth``: Note [copies in flight after the first: measured,
+# not kept] in templates/relay.py): the relay roots of the rows of >= 64 MB under 80% of the copy bandwidth beside the
+# same layouts with at most one or two of a block's copies in flight, a ramp of 1, two resolvers; the root, the
+# variants, the root, the variants in one run (`twice`); then the bf16 softmax's timeline with one copy in flight. Run
+# on the device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/copies_in_flight.sh   -> $OUT/probe_copies_in_flight.json, .log, $OUT/tr
 . benchmarks/plans/common.sh
 C="softmax [64,262144] bf16"

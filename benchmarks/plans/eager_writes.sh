@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The knob `eager` was measured, not kept: it exists only on trial commit 866a1af, where this plan runs.
 # The joint relay's consumers writing each piece as soon as its row resolves (thirty-seventh session; Note [writes as
-# soon as their rows resolve] in templates/relay.py; results/h200/probe_session37_eager*). In one run, each softmax
-# relay root (knob `eager` on, as the code has it) beside the same layout without the knob and with a lag of K - 2
-# (which eager writes no longer wait for), twice over; then the bf16 softmax root's timeline. Run on the device after
-# `benchmarks/run_device.sh setup`:
+# soon as their rows resolve: measured, not kept] in templates/relay.py; results/h200/probe_session37_eager*). In one
+# run, each softmax relay root (knob `eager` on, as the code has it) beside the same layout without the knob and with a
+# lag of K - 2 (which eager writes no longer wait for), twice over; then the bf16 softmax root's timeline. Run on the
+# device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/eager_writes.sh  -> $OUT/probe_eager_writes.json/.log, $OUT/tr/trace.log
 . benchmarks/plans/common.sh
 for c in "softmax [64,262144] bf16" "softcap softmax [64,262144] bf16" "softmax [64,262144] fp32" \

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Pieces ahead of the slots prefetched into the L2 (knob ``pf``, with ``pfe`` issued before the first copies: Note
-# [pieces ahead of the slots prefetched into the L2] in templates/relay.py): the relay roots of the rows of >= 64 MB
-# under 80% of the copy bandwidth beside the same layouts with the knob, the root, the variants, the root, the
-# variants in one run (`twice`); then the bf16 softmax's timeline with two pieces ahead. Run on the device after
-# `benchmarks/run_device.sh setup`:
+# [pieces ahead of the slots prefetched into the L2: measured, not kept] in templates/relay.py): the relay roots of
+# the rows of >= 64 MB under 80% of the copy bandwidth beside the same layouts with the knob, the root, the variants,
+# the root, the variants in one run (`twice`); then the bf16 softmax's timeline with two pieces ahead. Run on the device
+# after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/l2_prefetch.sh   -> $OUT/probe_l2_prefetch.json, .log, $OUT/tr
 . benchmarks/plans/common.sh
 C="softmax [64,262144] bf16"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # (Knob pairs was a trial, removed after this run: Note [stores of whole sectors] in softmax_relay.py says what it did
 # and what it measured; its --params are invalid on the code that followed.)
-# Knob pairs (Note [a reduce two elements at a time] in softmax.py) at the soft cap (with halves) and the bf16 softmax,
-# each layout timed twice, alternately; and every layout again with its mbarrier waits given a suspend-time hint
-# (--swap: 2 us, then 1 ms), also at the fp32 softmax and the two fp32 group norms below 80% (their roots, twice).
+# Knob pairs (a reduce two elements at a time, its Note gone with it) at the soft cap (with halves) and the bf16
+# softmax, each layout timed twice, alternately; and every layout again with its mbarrier waits given a suspend-time
+# hint (--swap: 2 us, then 1 ms), also at the fp32 softmax and the two fp32 group norms below 80% (their roots, twice).
 # Run on the device after `benchmarks/run_device.sh setup`:
 #   OUT=$OUT bash benchmarks/plans/pairs_hint.sh   -> $OUT/probe_pairs_hint.json, .log
 . benchmarks/plans/common.sh
