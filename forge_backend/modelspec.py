@@ -53,6 +53,9 @@ def load(spec: str) -> LoadedModel:
     module_name, sep, attr = spec.partition(":")
     if not sep:
         raise ModelSpecError(f"model spec {spec!r} is neither FILE.py[::VARIANT] nor package.module:callable")
+    if module_name.endswith(".py"):  # FILE.py:NAME, the two forms mixed: a file takes its variant after two colons
+        raise ModelSpecError(f"model spec {spec!r}: a file's variant follows two colons, "
+                             f"{module_name}::{attr} (get_model_{attr} and get_inputs_{attr})")
     try:
         fn = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as e:

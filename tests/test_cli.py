@@ -101,6 +101,12 @@ def test_a_bad_model_spec_is_one_line(command):
     _one_line_error(runner.invoke(app, [command, "no_such_file.py"]), "model spec file no_such_file.py does not exist")
 
 
+def test_a_file_spec_with_one_colon_says_how_to_name_a_variant():
+    out = runner.invoke(app, ["cards", f"{QUICKSTART}:small"])
+    _one_line_error(out, f"model spec '{QUICKSTART}:small': a file's variant follows two colons, {QUICKSTART}::small "
+                         "(get_model_small and get_inputs_small)")
+
+
 @pytest.mark.parametrize("flags,message", [
     (["--iterations", "0"], "kforge prewarm --iterations 0: must be >= 1"),
     (["--seconds-per-op", "0"], "kforge prewarm --seconds-per-op 0.0: must be > 0"),
