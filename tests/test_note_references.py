@@ -10,6 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SUFFIXES = (".py", ".sh", ".md")
+SCANNED = ("forge_backend", "tests", "benchmarks", "examples")
 SELF = "tests/test_note_references.py"  # its examples are not references
 # A Note's name may be wrapped over comment lines: "Note [a long\n# name] in relay.py".
 _JOIN = re.compile(r"\s*\n\s*(?:#|//)?\s*")
@@ -21,21 +22,16 @@ def _flat(text: str) -> str:
     return _JOIN.sub(" ", text)
 
 
-def _sources(root: Path) -> list[Path]:
-    out = []
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if path.suffix not in SUFFIXES or not path.is_file() or rel in ("docs/STATUS.md", SELF):
-            continue
-        if rel.startswith(("benchmarks/results/", ".")) or "/." in rel or "venv" in rel.split("/")[0]:
-            continue
-        out.append(path)
-    return out
+def _sources(root: Path, dirs: tuple[str, ...]) -> list[Path]:
+    """README.md and the files under ``dirs`` (past sessions' results and STATUS.md left out)."""
+    found = [p for d in dirs for p in (root / d).rglob("*") if p.suffix in SUFFIXES and p.is_file()]
+    keep = [p for p in found if not p.relative_to(root).as_posix().startswith(("benchmarks/results/", SELF))]
+    return sorted(keep + [p for p in [root / "README.md"] if p.is_file()])
 
 
-def dangling_references(root: Path) -> list[str]:
+def dangling_references(root: Path, dirs: tuple[str, ...] = SCANNED) -> list[str]:
     """``file:name -> target`` for each reference whose named file is missing or does not hold the Note."""
-    files = _sources(root)
+    files = _sources(root, dirs)
     flat = {p: _flat(p.read_text(encoding="utf-8", errors="replace")) for p in files}
     bad = []
     for path, text in flat.items():
@@ -62,7 +58,7 @@ def test_a_moved_note_and_a_missing_file_are_caught(tmp_path: Path) -> None:
     (pkg / "user.py").write_text("x = 1  # Note [slots held across rows] in old.py\n"
                                  "y = 2  # Note [slots held\n# across rows] (new.py)\n"
                                  "z = 3  # Note [slots held across rows], gone.py\n")
-    assert dangling_references(tmp_path) == [
+    assert dangling_references(tmp_path, dirs=("pkg",)) == [
         "pkg/user.py: Note [slots held across rows] -> old.py",
         "pkg/user.py: Note [slots held across rows] -> gone.py (no such file)",
     ]
