@@ -39,7 +39,7 @@ def _mount_cache_app() -> None:
     except ImportError as e:  # pragma: no cover - only while the store is missing
         logging.getLogger("kforge").debug("cache commands unavailable: %s", e)
         return
-    app.add_typer(cache_app, name="cache", help="List, show, verify, export, import or clear cached kernels.")
+    app.add_typer(cache_app, name="cache", help="List, show, verify, export, import, publish or clear cached kernels.")
 
 
 _mount_cache_app()
@@ -81,6 +81,46 @@ def cards(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] with ge
         if json_out:
             json_out.write_text(json.dumps([c.to_json() for c in found.cards], indent=1))
             console.print(f"wrote {json_out}")
+
+
+@app.command()
+def ui(cache_dir: Optional[Path] = typer.Option(None, help="Cache directory (default: KFORGE_CACHE_DIR)."),
+       host: str = typer.Option("127.0.0.1", help="Address to listen on; 0.0.0.0 shows the page to your network."),
+       port: int = typer.Option(8686, help="Port to listen on (0: any free port)."),
+       open_browser: bool = typer.Option(False, "--open", help="Open the page in a browser.")) -> None:
+    """A local web page of the searches: live ones as they run, each tree, each candidate's code, diff and failure."""
+    from .config import KforgeConfig
+    from .ui.server import LOOPBACK, UiServer
+
+    with kforge_errors():  # a bad port, a port in use: one line
+        if not 0 <= port <= 65535:
+            raise BadOption(f"--port must be 0..65535, got {port}")
+        directory = cache_dir or KforgeConfig.load().cache_dir
+        server = _ui_server(UiServer, directory, host, port)
+    console.print(f"kforge ui: {server.url}  (search records in {server.searches_dir}; Ctrl-C stops)")
+    if host not in LOOPBACK:
+        console.print(f"[yellow]Listening on {host}: anyone who can reach this machine can read the page.[/]")
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(server.url)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        console.print("kforge ui: stopped")
+    finally:
+        server.server_close()
+
+
+def _ui_server(factory, directory: Path, host: str, port: int):
+    import errno
+
+    try:
+        return factory(directory, host, port)
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise BadOption(f"port {port} on {host} is in use: pass another --port, or --port 0 for a free one") from e
+        raise
 
 
 def main() -> None:
@@ -134,6 +174,8 @@ def prewarm(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] or pa
                   f"{sum(i.status == 'shipped' for i in items)} shipped to re-verify on {n_gpus} GPU(s), "
                   f"{sum(i.status == 'cached' for i in items)} cached, "
                   f"{sum(i.status.startswith('skipped') for i in items)} skipped; cache {cfg.cache_dir}")
+    if todo:
+        console.print(f"Watch the searches as they run: kforge ui --cache-dir {cfg.cache_dir}")
     results = {i.card.key: pw.cached_result(i, store) for i in items if i.status == "cached"}
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
                   TimeElapsedColumn(), console=console) as bar:
@@ -153,7 +195,8 @@ def prewarm(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] or pa
         try:
             pw.run(items, cfg, iterations, seconds_per_op, n_gpus, on_progress, on_done)
         except KeyboardInterrupt:
-            console.print("[yellow]Interrupted: finished searches are kept; rerun to continue.[/]")
+            console.print("[yellow]Interrupted: finished searches are kept, and the trees of the interrupted ones "
+                          "(kforge ui); rerun to continue.[/]")
     _print_prewarm_table([results.get(i.card.key) or pw.PrewarmResult(i.card, i.share, i.status) for i in items])
 
 

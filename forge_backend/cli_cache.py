@@ -1,4 +1,4 @@
-"""``kforge cache``: list, show, clear, verify, export and import KernelRecords.
+"""``kforge cache``: list, show, clear, verify, export, import and publish KernelRecords.
 
 The lead CLI mounts :data:`cache_app` as ``kforge cache``. Every command takes ``--cache-dir`` (default
 ``KforgeConfig.load().cache_dir``). Keys may be given by any unique prefix. Library errors (:class:`KforgeError`)
@@ -14,12 +14,14 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.progress import track
 from rich.syntax import Syntax
 from rich.table import Table
 
 from .cli_common import console_for, kforge_errors
 from .errors import KforgeError
-from .store import CorruptRecord, KernelRecord, LocalStore, ShippedStore
+from .store import (CorruptRecord, KernelRecord, LocalStore, Published, RecordDirectory, RecordReader, ShippedStore,
+                    TeamStore, TeamStoreUnavailable)
 
 cache_app = typer.Typer(name="cache", help="Inspect and manage kforge's kernel cache.", no_args_is_help=True,
                         add_completion=False)
@@ -27,6 +29,10 @@ cache_app = typer.Typer(name="cache", help="Inspect and manage kforge's kernel c
 CacheDir = Annotated[Optional[Path], typer.Option(
     "--cache-dir", help="Cache directory (default: KFORGE_CACHE_DIR or ~/.cache/kforge).", show_default=False)]
 Shipped = Annotated[bool, typer.Option("--shipped", help="Include the read-only shipped records (kernels_cache/).")]
+Team = Annotated[bool, typer.Option("--team", help="Include the team store's records (KFORGE_TEAM_STORE).")]
+TeamDir = Annotated[Optional[Path], typer.Option(
+    "--team-dir", help="The team store's directory (default: KFORGE_TEAM_STORE); implies --team.", show_default=False)]
+MANY = 20  # records past which a command shows a progress bar (a team store on a network filesystem is slow)
 
 
 def _store(cache_dir: Path | None) -> LocalStore:
@@ -95,12 +101,28 @@ def age(created_at: Any, now: _dt.datetime | None = None) -> str:
     return f"{s}s"
 
 
-def _records(store: LocalStore, shipped: ShippedStore | None) -> list[tuple[str, KernelRecord | None, str]]:
-    """(key, record or None when corrupt, corrupt reason) across the tiers asked for, local first."""
+def _team(team_dir: Path | None) -> TeamStore:
+    """The team store ``team_dir`` names, else the configured one (``KFORGE_TEAM_STORE``); an error when neither, or
+    when its directory is missing."""
+    if team_dir is None:
+        from .config import KforgeConfig
+
+        configured = KforgeConfig.load().team_store
+        if not configured:
+            raise TeamStoreUnavailable("no team store is configured: set KFORGE_TEAM_STORE (the team_store option) or "
+                                       "pass --team-dir DIR")
+        team_dir = Path(configured)
+    team = TeamStore(team_dir)
+    if not team.directory.is_dir():
+        raise TeamStoreUnavailable(team.missing())
+    return team
+
+
+def _records(store: LocalStore, *tiers: RecordReader) -> list[tuple[str, KernelRecord | None, str]]:
+    """(key, record or None when corrupt, corrupt reason) across ``store`` and then ``tiers``, in lookup order."""
     rows: list[tuple[str, KernelRecord | None, str]] = []
-    tiers: list[Any] = [store] + ([shipped] if shipped is not None else [])
     seen: set[str] = set()
-    for tier in tiers:
+    for tier in (store, *tiers):
         for key in tier.keys():
             if key in seen:
                 continue
@@ -117,17 +139,23 @@ def _records(store: LocalStore, shipped: ShippedStore | None) -> list[tuple[str,
 
 
 @cache_app.command("ls")
-def ls_cmd(cache_dir: CacheDir = None, shipped: Shipped = False) -> None:
+def ls_cmd(cache_dir: CacheDir = None, shipped: Shipped = False, team: Team = False, team_dir: TeamDir = None) -> None:
     """List cached records: op, first input, decision, speedup over eager and over Inductor's single op (once timed),
-    bandwidth fraction, proposer, age."""
+    bandwidth fraction, proposer, age. Tiers in lookup order: local, then team, then shipped."""
     with kforge_errors():
         store = _store(cache_dir)
-        rows = _records(store, ShippedStore() if shipped else None)
+        tiers: list[RecordDirectory] = []
+        if team or team_dir is not None:
+            tiers.append(_team(team_dir))
+        if shipped:
+            tiers.append(ShippedStore())
+        rows = _records(store, *tiers)
         console = console_for()
+        where = " + ".join([str(store.root)] + [str(t.directory) for t in tiers])
         if not rows:
-            console.print(f"no records in {store.root}")
+            console.print(f"no records in {where}", markup=False)
             return
-        table = Table(title=f"kforge cache: {store.root}", title_justify="left")
+        table = Table(title=f"kforge cache: {where}", title_justify="left")
         numeric = ("speedup", "x Inductor op", "%bw", "age")
         for col in ("key", "op", "input", "dtype", "decision", *numeric[:2], "%bw", "proposer", "age", "source"):
             table.add_column(col, no_wrap=True, justify="right" if col in numeric else "left")
@@ -314,3 +342,46 @@ def import_cmd(directory: Annotated[Path, typer.Argument(help="Bundle directory 
             console.print(f"  rejected {name}: {why}", markup=False)
         if report.rejected:
             raise typer.Exit(1)
+
+
+@cache_app.command("publish")
+def publish_cmd(keys: Annotated[Optional[list[str]], typer.Argument(
+                    help="Keys or unique prefixes to publish (default: every record this machine's searches made).",
+                    metavar="KEY", show_default=False)] = None,
+                team: Annotated[Optional[Path], typer.Option(
+                    "--team", "--team-dir", help="The team store's directory (default: KFORGE_TEAM_STORE).",
+                    show_default=False)] = None,
+                cache_dir: CacheDir = None) -> None:
+    """Push this machine's trusted records to the team store. A team kernel is replaced only by a faster one measured
+    on the same GPU, never by PyTorch's decision (see "what a publish replaces" in store/team.py)."""
+    with kforge_errors():
+        target = _team(team)
+        target.check_writable()
+        records = _to_publish(_store(cache_dir), keys)
+        console = console_for()
+        done = [target.publish(rec) for rec in track(records, description=f"publishing to {target.directory}",
+                                                      console=console, transient=True, disable=len(records) < MANY)]
+        _print_published(console, target, records, done)
+
+
+def _to_publish(store: LocalStore, keys: list[str] | None) -> list[KernelRecord]:
+    """The records named by ``keys`` (prefixes allowed; a corrupt one is an error), else every valid record."""
+    if not keys:
+        return [rec for _, rec in store.items()]
+    known = store.keys()
+    records = []
+    for full in dict.fromkeys(resolve_key(k, known) for k in keys):  # each key once, in the order given
+        rec = store.read(full)
+        if rec is None:  # deleted by another process since the listing
+            raise KeyLookupError(f"record {full} is gone")
+        records.append(rec)
+    return records
+
+
+def _print_published(console: Console, team: TeamStore, records: list[KernelRecord], done: list[Published]) -> None:
+    written = sum(p.written for p in done)
+    console.print(f"published {written} of {len(done)} records to {team.directory}, skipped {len(done) - written}",
+                  markup=False)
+    for rec, p in zip(records, done):
+        what = f"{rec.key[:16]} {rec.signature.get('op', '?')} {_shape(rec)} {rec.decision}"
+        console.print(f"  {'published' if p.written else 'skipped  '} {what}: {p.why}", markup=False)

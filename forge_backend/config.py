@@ -17,6 +17,10 @@ proposer           KFORGE_PROPOSER           ``templates`` (``templates`` | ``ll
 families           KFORGE_FAMILIES           ``""``: extra op families to opt in, comma separated
                                              (``matmul``, ``conv``); see ``selection.FAMILIES``
 cache_dir          KFORGE_CACHE_DIR          ``~/.cache/kforge`` (``$XDG_CACHE_HOME/kforge``)
+team_store         KFORGE_TEAM_STORE         ``""``: a directory the team shares (network filesystem, synced
+                                             folder); this machine's search winners are published there and
+                                             its records looked up after the local cache, re-verified before
+                                             first use (store/team.py); empty = no team store
 margin             KFORGE_MARGIN             ``0.03``: a kernel must beat eager by this fraction
 fuse_pointwise     KFORGE_FUSE_POINTWISE     ``False``: replace each connected group of pointwise ops with
                                              one fused kernel (``inner="eager"`` only; see fusion.py)
@@ -87,6 +91,7 @@ class KforgeConfig:
     proposer: str = "templates"
     families: tuple[str, ...] = ()
     cache_dir: Path = field(default_factory=default_cache_dir)
+    team_store: str = ""  # a shared directory; "" = none (store/team.py)
     margin: float = 0.03
     fuse_pointwise: bool = False  # off until measured on a GPU (Note [pointwise groups] in fusion.py)
     fuse_softmax: bool = True  # Note [a softmax takes its neighbours] in softmax_fusion.py
@@ -125,6 +130,7 @@ class KforgeConfig:
         for name in ("llm_retries", "llm_budget_tokens", "llm_budget_usd", "llm_price_in", "llm_price_out"):
             if getattr(self, name) < 0:
                 raise BadOption(f"kforge option {name}={getattr(self, name)} must be >= 0")
+        _check_team_store(self.team_store)
         if not 0.0 <= self.min_share < 1.0:
             raise BadOption(f"kforge option min_share={self.min_share} must be in [0, 1)")
         from .selection import OPT_IN_FAMILIES  # local: selection imports nothing from config
@@ -155,6 +161,15 @@ class KforgeConfig:
                 continue
             values[name] = _coerce(name, f.type, raw, source)
         return cls(**values)
+
+
+def _check_team_store(value: str) -> None:
+    """A team store names a directory or nothing; a missing one is allowed (a share mounted later: store/team.py)."""
+    if value != value.strip():
+        raise BadOption(f"kforge option team_store={value!r} has spaces around it; give the directory's path alone")
+    if value and Path(value).expanduser().exists() and not Path(value).expanduser().is_dir():
+        raise BadOption(f"kforge option team_store={value!r} is a file; it must name a directory the team shares "
+                        "(or be empty for no team store)")
 
 
 def _coerce(name: str, type_name: Any, raw: Any, source: str) -> Any:

@@ -33,8 +33,9 @@ log = logging.getLogger("kforge")
 # signature that the local cache lacks and the shipped tier holds as "shipped", and run() re-verifies that record in
 # the worker of a search (the verifier every candidate passes, on fresh inputs) and stores it locally as trusted, as
 # the compile does (both through cuda_provider.reverified_locally). A record that fails is searched like any miss.
-# ``force`` searches everything, shipped or not. The result carries the record's timings, measured where it was
-# made; its reason, the times re-measured here.
+# A record of the team store (store/team.py), looked up before the shipped one, takes the same path (its status is
+# "shipped" too). ``force`` searches everything, shipped or not. The result carries the record's timings, measured
+# where it was made; its reason, the times re-measured here.
 
 
 @dataclass
@@ -114,16 +115,19 @@ def _eager_us(timer, card: OperatorCard, inputs: list) -> float:
 def plan(cards: list[OperatorCard], eager_us: dict[str, float], cfg: KforgeConfig, store, force: bool = False,
          shipped=None) -> list[PlanItem]:
     """Each card's share of the profiled time and what run() does with it; ``shipped`` (a ShippedStore or None) is
-    the tier of Note [a shipped record in a prewarm]."""
+    the tier of Note [a shipped record in a prewarm], after the configured team store."""
     from .runtime.search_runner import template_gap
+    from .store.shipped import Tiers
+    from .store.team import team_store
 
     total = sum(eager_us[c.key] * c.occurrences for c in cards) or 1.0
+    remote = None if shipped is None else Tiers(team_store(cfg), shipped)  # a teammate's record before the bundle
     items = []
     for c in cards:
         share = eager_us[c.key] * c.occurrences / total
         c.baselines_us["eager"] = eager_us[c.key]
         c.time_share = share
-        found = None if force or shipped is None else shipped.get(c.key)
+        found = None if force or remote is None else remote.get(c.key)
         if not force and store.get(c.key) is not None:
             status = "cached"
         elif found is not None:
@@ -209,10 +213,10 @@ def _take_shipped(item: PlanItem, cfg: KforgeConfig, client, store, reverify) ->
 
     rec, why = reverified_locally(item.shipped, client, cfg, store, reverify)
     if rec is None:
-        log.warning("kforge: the shipped record of %s failed re-verification on this GPU (%s); searching it",
-                    item.card.op, why)
+        log.warning("kforge: the %s record of %s failed re-verification on this GPU (%s); searching it",
+                    item.shipped.source, item.card.op, why)
         return None
-    return _from_record(item, rec, "shipped", f"shipped, re-verified here: {why}")
+    return _from_record(item, rec, "shipped", f"{item.shipped.source}, re-verified here: {why}")
 
 
 def _inductor_time(card: OperatorCard, store, client) -> float | None:

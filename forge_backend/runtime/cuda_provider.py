@@ -1,7 +1,7 @@
 """The GPU kernel provider: store lookup, re-verification of untrusted records, search on a miss, launchers.
 
 Per card, in order: a kernel already loaded in this process; a trusted local record (load its cubin: the cubin
-cache makes that 0 NVRTC compiles and 0 timings); an untrusted (shipped or imported) record, re-verified in the
+cache makes that 0 NVRTC compiles and 0 timings); an untrusted (team, shipped or imported) record, re-verified in the
 worker first; else, with ``search="on_miss"`` and a template family for the op, an MCTS search within the compile's
 budget, also where an untrusted record failed its re-verification (Note [a record that fails here is searched]). A
 failure for one card is logged once with its op and leaves that op to PyTorch (strict: raised).
@@ -53,6 +53,7 @@ from ..signature import arch_of
 from ..store.local import LocalStore
 from ..store.record import KernelRecord
 from ..store.shipped import ShippedStore, TieredStore
+from ..store.team import team_store
 from .inductor_baseline import inductor_us
 from .launch import Launcher
 from .nvrtc import compile_candidate
@@ -87,7 +88,7 @@ class CudaProvider:
     def __init__(self, cfg: KforgeConfig) -> None:
         self.cfg = cfg
         self.local = LocalStore(cfg.cache_dir)
-        self.store = TieredStore(self.local, ShippedStore())
+        self.store = TieredStore(self.local, ShippedStore(), team_store(cfg))  # local, then team, then shipped
         self._client: WorkerClient | None = None
         self._loaded: dict[tuple[str, bool], KernelImpl] = {}  # (key, check) -> loaded kernel
         # key -> (kforge_us, inductor_us) where the kernel beats Inductor's single op, None where it does not
@@ -100,8 +101,11 @@ class CudaProvider:
         key = str(cfg.cache_dir)
         if key not in _SHARED:
             _SHARED[key] = cls(cfg)
-        _SHARED[key].cfg = cfg
-        return _SHARED[key]
+        provider = _SHARED[key]
+        if cfg.team_store != provider.cfg.team_store:  # a compile that names another team store looks there
+            provider.store = TieredStore(provider.local, provider.store.shipped, team_store(cfg))
+        provider.cfg = cfg
+        return provider
 
     @property
     def client(self) -> WorkerClient:
@@ -252,7 +256,7 @@ class CudaProvider:
 
 def reverified_locally(record: KernelRecord, client: WorkerClient | None, cfg: KforgeConfig, local: LocalStore,
                        reverify=None) -> tuple[KernelRecord | None, str]:
-    """A record from another machine (shipped, imported) re-verified on this GPU (``reverify``, default
+    """A record from another machine (team, shipped, imported) re-verified on this GPU (``reverify``, default
     ``reverify_record``) and kept in ``local`` as trusted, with why it passed; (None, why not) when it fails. A first
     compile and ``kforge prewarm`` take shipped records this way."""
     ok, why = (reverify or reverify_record)(record, client, cfg)

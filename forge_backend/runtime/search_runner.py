@@ -12,7 +12,9 @@ from ..config import KforgeConfig
 from ..search.mcts import MCTS, SearchConfig, SearchProgress, SearchResult
 from ..store.local import LocalStore
 from ..store.record import KernelRecord, make_provenance
+from ..store.team import publish_found
 from .evaluator import WorkerEvaluator
+from .live_record import LiveRecord
 from .nvrtc import nvrtc_version
 from .worker import WorkerClient
 
@@ -70,9 +72,15 @@ def run_search(card: OperatorCard, cfg: KforgeConfig, client: WorkerClient, stor
         _describe_gpu(proposers, base["gpu"], base["bandwidth_gbps"])
     config = SearchConfig(iterations=iterations, seconds=seconds, margin=cfg.margin, seed=seed, parallel=4,
                           max_tokens=cfg.llm_budget_tokens, max_cost_usd=cfg.llm_budget_usd)
+    live = LiveRecord(store, card.key, then=on_progress)  # Note [a search record written as it grows]
     mcts = MCTS(card, base["eager_us"], base["floor_us"], proposers, evaluator, config,
-                bandwidth_gbps=base["bandwidth_gbps"], on_progress=on_progress)
-    result = mcts.run()
+                bandwidth_gbps=base["bandwidth_gbps"], on_progress=live)
+    live.save(mcts.record)
+    try:
+        result = mcts.run()
+    except BaseException as e:  # Ctrl-C or a broken worker: keep the tree so far, then let it propagate
+        live.interrupted(mcts.record, e)
+        raise
     rec = result.record
     store.put_search(card.key, rec.to_json())
     record = _to_record(card, result, base, proposer=_proposer_of(result))
@@ -81,6 +89,7 @@ def run_search(card: OperatorCard, cfg: KforgeConfig, client: WorkerClient, stor
         record = None  # Note: cut short before any verdict; a later search with more budget may find a kernel
     if record is not None:
         store.put(record)
+        publish_found(record, cfg)  # to the team store, if one is configured (store/team.py); never raises for it
     return SearchOutcome(record, result, time.perf_counter() - t0)
 
 

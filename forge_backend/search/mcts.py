@@ -161,6 +161,7 @@ class SearchProgress:
     best_pct_roofline: float | None  # 100 * floor_us / best_us
     best_node: int | None
     last: NodeRecord  # the node just evaluated
+    record: SearchRecord | None = None  # the whole record so far: the engine's own, to read in the callback, not keep
 
 
 @dataclass
@@ -521,7 +522,7 @@ class MCTS:
         self.on_progress(SearchProgress(
             self.record.iterations, self.config.iterations, len(self.tree.nodes), self.clock() - self._t0,
             self.eager_us / best if best else None, 100.0 * self.floor_us / best if best else None,
-            self._best[0] if self._best else None, last))
+            self._best[0] if self._best else None, last, self.record))
 
     # ---- the decision ----------------------------------------------------------------------------------------------
 

@@ -1,21 +1,26 @@
 """The kernel store: KernelRecords by signature key, as JSON with an integrity hash (never pickle).
 
 Tiers, in lookup order: :class:`LocalStore` (diskcache under ``KforgeConfig.cache_dir``; also search records and
-bundle export/import), then :class:`ShippedStore` (read-only ``kernels_cache/``); :class:`TieredStore` combines them.
-Anything read from another machine (shipped, imported) comes back ``trusted=False`` until re-verified here.
+bundle export/import), then :class:`TeamStore` (a directory the team shares, ``KforgeConfig.team_store``; this
+machine's search winners are published there), then :class:`ShippedStore` (read-only ``kernels_cache/``);
+:class:`TieredStore` combines them. The team and shipped tiers are :class:`RecordDirectory` files (``<key>.json``).
+Anything read from another machine (team, shipped, imported) comes back ``trusted=False`` until re-verified here.
 
-Layering: store imports contract, signature and errors (cards lazily, for views); nothing imports the store except
-the runtime and the CLI.
+Layering: store imports contract, signature, errors and fsutil (cards lazily, for views; config for type hints
+only); the store is imported by the runtime, prewarm, the CLI and the UI, never the other way.
 """
 from __future__ import annotations
 
-from .local import BundleError, ImportReport, LocalStore, RecordNotFound
+from .directory import RecordDirectory
+from .local import BundleError, ImportReport, LocalStore, RecordNotFound, RecordReader
 from .record import (DECISIONS, RECORD_VERSION, SOURCES, BadKey, CorruptRecord, IntegrityReport, InvalidRecord,
                      KernelRecord, check_key, is_key, make_provenance)
-from .shipped import ShippedStore, TieredStore, default_shipped_dir
+from .shipped import ShippedStore, TieredStore, Tiers, default_shipped_dir
+from .team import Published, TeamStore, TeamStoreUnavailable, publish_found, team_store
 
 __all__ = [
     "DECISIONS", "RECORD_VERSION", "SOURCES", "BadKey", "BundleError", "CorruptRecord", "ImportReport",
-    "IntegrityReport", "InvalidRecord", "KernelRecord", "LocalStore", "RecordNotFound", "ShippedStore",
-    "TieredStore", "check_key", "is_key", "default_shipped_dir", "make_provenance",
+    "IntegrityReport", "InvalidRecord", "KernelRecord", "LocalStore", "Published", "RecordDirectory", "RecordNotFound",
+    "RecordReader", "ShippedStore", "TeamStore", "TeamStoreUnavailable", "TieredStore", "Tiers", "check_key", "is_key",
+    "default_shipped_dir", "make_provenance", "publish_found", "team_store",
 ]

@@ -90,7 +90,8 @@ class ImportReport:
 
 
 class RecordReader:
-    """What every store tier shares: iterate the valid records and check them all, on top of keys/read/get."""
+    """What every store tier shares: get (a corrupt entry a reported miss), iterate the valid records and check them
+    all, on top of keys/read/where."""
 
     def keys(self) -> list[str]:
         raise NotImplementedError
@@ -98,8 +99,17 @@ class RecordReader:
     def read(self, key: str) -> KernelRecord | None:
         raise NotImplementedError
 
-    def get(self, key: str) -> KernelRecord | None:
+    def where(self) -> str:
+        """Where a corrupt entry is said to be (report_corrupt)."""
         raise NotImplementedError
+
+    def get(self, key: str) -> KernelRecord | None:
+        """The record under ``key``; None on a miss or a corrupt entry (reported once, counted)."""
+        try:
+            return self.read(key)
+        except CorruptRecord as e:
+            report_corrupt(self.where(), key, e)
+            return None
 
     def __len__(self) -> int:
         return len(self.keys())
@@ -159,13 +169,8 @@ class LocalStore(RecordReader):
             raise CorruptRecord(f"entry {key[:16]} holds the record of key {rec.key[:16]}")
         return rec
 
-    def get(self, key: str) -> KernelRecord | None:
-        """The record under ``key``; None on a miss or a corrupt entry (reported once, counted)."""
-        try:
-            return self.read(key)
-        except CorruptRecord as e:
-            report_corrupt(str(self.records_dir), key, e)
-            return None
+    def where(self) -> str:
+        return str(self.records_dir)
 
     def put(self, record: KernelRecord) -> None:
         """Store ``record`` as JSON text, replacing any record of its key; ``trusted`` is kept as it is."""

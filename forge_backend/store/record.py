@@ -4,8 +4,8 @@ Note [record integrity is not authenticity]
 ``to_json`` adds ``integrity``: sha256 of the canonical JSON (sorted keys, compact separators) of every other
 field. It catches a truncated write, a flipped byte or a hand edit that forgot to re-hash; it does *not* prove who
 wrote the record (anyone can recompute a sha256). That is why trust is decided by the reader, not the file: the
-shipped tier and ``import_bundle`` force ``trusted=False`` whatever the file says, and only a re-verification on this
-GPU (or an explicit ``--trust``) makes a record trusted.
+shipped and team tiers and ``import_bundle`` force ``trusted=False`` whatever the file says, and only a
+re-verification on this GPU (or an explicit ``--trust``) makes a record trusted.
 
 Note [what a corrupt record is]
 Anything that makes a stored record unusable raises :class:`CorruptRecord`: text that is not JSON (a truncated
@@ -33,7 +33,7 @@ log = logging.getLogger("kforge.store")
 
 RECORD_VERSION = 1
 DECISIONS = ("kernel", "pytorch")  # kernel: a verified winner to use; pytorch: searched, leave the op to PyTorch
-SOURCES = ("local", "shipped", "imported")
+SOURCES = ("local", "shipped", "imported", "team")
 
 
 class InvalidRecord(KforgeError, ValueError):

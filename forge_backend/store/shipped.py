@@ -1,8 +1,8 @@
 """ShippedStore: read-only KernelRecords shipped with kforge in the repository's ``kernels_cache/`` directory.
 
-Each file is ``<key>.json`` holding one record (``KernelRecord.dumps(indent=1)``), checked like any stored record
-(Note [what a corrupt record is] in record.py). A shipped record was verified on someone else's GPU, so it is
-returned with ``trusted=False`` and ``provenance.source="shipped"`` whatever the file says; the runtime decides
+Each file is ``<key>.json`` holding one record (``KernelRecord.dumps(indent=1)``), read by
+:class:`~.directory.RecordDirectory` like the team store's. A shipped record was verified on someone else's GPU, so
+it is returned with ``trusted=False`` and ``provenance.source="shipped"`` whatever the file says; the runtime decides
 whether to re-verify it on this GPU before first use.
 
 The directory is ``$KFORGE_SHIPPED_DIR`` when set, else ``kernels_cache/`` beside the ``forge_backend`` package (a
@@ -10,7 +10,8 @@ source checkout or an editable install), else the copy a wheel installs as data 
 (``<prefix>/share/kforge/kernels_cache``, pyproject.toml's ``data-files``; the environment's prefix, or the user base
 after ``pip install --user``). None of them present: no shipped records.
 
-:class:`TieredStore` puts the tiers in lookup order: local (this machine's measurements) before shipped.
+:class:`TieredStore` puts the tiers in lookup order: local (this machine's measurements), then the team store
+(store/team.py: a teammate's measurement is newer than the bundle kforge shipped), then shipped.
 """
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from .directory import RecordDirectory
 from .local import LocalStore, RecordReader
-from .record import CorruptRecord, KernelRecord, check_key, is_key, report_corrupt
+from .record import KernelRecord
 
 SHIPPED_ENV = "KFORGE_SHIPPED_DIR"
 
@@ -38,66 +40,48 @@ def default_shipped_dir(env: Mapping[str, str] | None = None) -> Path:
     return next((d for d in [beside, *installed] if d.is_dir()), beside)
 
 
-class ShippedStore(RecordReader):
-    """Read-only records from ``<directory>/<key>.json``."""
+class ShippedStore(RecordDirectory):
+    """Read-only records from ``<directory>/<key>.json`` (default: :func:`default_shipped_dir`)."""
+
+    source = "shipped"
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
-        self.directory = Path(directory).expanduser() if directory is not None else default_shipped_dir()
+        super().__init__(directory if directory is not None else default_shipped_dir())
+
+
+class Tiers:
+    """Read-only lookup across tiers in order: the first tier that holds a valid record of a key answers."""
+
+    def __init__(self, *tiers: RecordReader | None) -> None:
+        self.tiers = [t for t in tiers if t is not None]
 
     def __repr__(self) -> str:
-        return f"ShippedStore({str(self.directory)!r})"
-
-    def read(self, key: str) -> KernelRecord | None:
-        """The shipped record of ``key`` (untrusted) or None; raises CorruptRecord for a corrupt file."""
-        path = self.directory / f"{check_key(key)}.json"
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        except UnicodeDecodeError as e:
-            raise CorruptRecord(f"{path.name} is not UTF-8 text: {e}") from e
-        rec = KernelRecord.loads(text)
-        if rec.key != key:
-            raise CorruptRecord(f"{path.name} holds the record of key {rec.key[:16]}")
-        return rec.marked(source="shipped", trusted=False)
+        return f"{type(self).__name__}({', '.join(repr(t) for t in self.tiers)})"
 
     def get(self, key: str) -> KernelRecord | None:
-        """The shipped record of ``key``; None when absent or corrupt (reported once, counted)."""
-        try:
-            return self.read(key)
-        except CorruptRecord as e:
-            report_corrupt(str(self.directory), key, e)
-            return None
+        for tier in self.tiers:
+            rec = tier.get(key)
+            if rec is not None:
+                return rec
+        return None
 
     def keys(self) -> list[str]:
-        if not self.directory.is_dir():
-            return []
-        return sorted(p.stem for p in self.directory.glob("*.json") if is_key(p.stem))
+        return sorted(set().union(*(t.keys() for t in self.tiers)))
 
     def __contains__(self, key: object) -> bool:
-        return is_key(key) and (self.directory / f"{key}.json").is_file()
+        return any(key in t for t in self.tiers)
 
 
+class TieredStore(Tiers):
+    """This machine's LocalStore first, then the team store (when there is one), then the shipped records. Writes go
+    to local."""
 
-class TieredStore:
-    """Lookup across tiers: this machine's LocalStore first, then the shipped records. Writes go to local."""
-
-    def __init__(self, local: LocalStore, shipped: ShippedStore | None = None) -> None:
+    def __init__(self, local: LocalStore, shipped: ShippedStore | None = None,
+                 team: RecordReader | None = None) -> None:
         self.local = local
+        self.team = team
         self.shipped = shipped if shipped is not None else ShippedStore()
-
-    def __repr__(self) -> str:
-        return f"TieredStore({self.local!r}, {self.shipped!r})"
-
-    def get(self, key: str) -> KernelRecord | None:
-        rec = self.local.get(key)
-        return rec if rec is not None else self.shipped.get(key)
+        super().__init__(local, team, self.shipped)
 
     def put(self, record: KernelRecord) -> None:
         self.local.put(record)
-
-    def keys(self) -> list[str]:
-        return sorted(set(self.local.keys()) | set(self.shipped.keys()))
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.local or key in self.shipped

@@ -1,0 +1,287 @@
+// kforge ui: the page's script. It reads the JSON that ui/server.py serves and builds the DOM with textContent
+// only, never as markup: sources and failure messages may come from an LLM (Note [a local page that other sites
+// cannot read] in ui/server.py).
+"use strict";
+
+const POLL_MS = 2000;
+const state = { list: [], key: null, search: null, node: null, nodeId: null, tab: null, now: 0 };
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  return e;
+}
+
+function clear(e) { while (e.firstChild) e.removeChild(e.firstChild); return e; }
+
+function $(id) { return document.getElementById(id); }
+
+async function getJSON(url) {
+  const r = await fetch(url, { cache: "no-store" });
+  const body = await r.json().catch(() => ({ error: `${r.status} ${r.statusText}` }));
+  if (!r.ok) throw new Error(body.error || `${r.status} ${r.statusText}`);
+  return body;
+}
+
+function status(text, isError) {
+  const s = $("status");
+  s.textContent = text;
+  s.className = isError ? "error" : "";
+}
+
+const num = (x, digits) => (x === null || x === undefined ? "–" : Number(x).toFixed(digits));
+const us = (x) => (x === null || x === undefined ? "–" : `${num(x, 2)} us`);
+
+function ago(t) {
+  if (!t) return "";
+  const s = Math.max(0, state.now - t);
+  if (s < 90) return `${Math.round(s)} s ago`;
+  if (s < 5400) return `${Math.round(s / 60)} min ago`;
+  if (s < 172800) return `${Math.round(s / 3600)} h ago`;
+  return new Date(t * 1000).toISOString().slice(0, 16).replace("T", " ");
+}
+
+function facts(dl, pairs) {
+  clear(dl);
+  for (const [k, v] of pairs) {
+    if (v === null || v === undefined || v === "") continue;
+    dl.appendChild(el("dt", null, k));
+    dl.appendChild(el("dd", null, v));
+  }
+}
+
+// ---- the list of searches ----------------------------------------------------------------------------------------
+
+async function refreshList() {
+  const body = await getJSON("/api/searches");
+  state.list = body.searches;
+  state.now = body.now;
+  $("cache").textContent = body.searches_dir;
+  renderList();
+  const live = state.list.filter((s) => s.state === "live").length;
+  status(`${state.list.length} searches, ${live} live; updated ${new Date().toLocaleTimeString()}`);
+}
+
+function listText(s) {
+  return [s.op, s.tensors, s.state, s.decision, s.key].join(" ").toLowerCase();
+}
+
+function renderList() {
+  const ol = clear($("search-list"));
+  const q = $("filter").value.trim().toLowerCase();
+  $("empty").hidden = state.list.length > 0;
+  for (const s of state.list) {
+    if (q && !listText(s).includes(q)) continue;
+    const li = el("li", s.key === state.key ? "selected" : "");
+    const head = el("div");
+    head.appendChild(el("span", `badge ${s.state}`, s.state));
+    if (s.decision) head.appendChild(el("span", `badge ${s.decision}`, s.decision));
+    head.appendChild(el("span", "op", s.op || s.key.slice(0, 16)));
+    li.appendChild(head);
+    li.appendChild(el("div", "sub", s.tensors));
+    const best = s.best_speedup
+      ? `best ${num(s.best_speedup, 2)}x eager, ${num(s.best_pct_roofline, 0)}% of roofline` : "no kernel yet";
+    const its = s.iterations_budget ? `${s.iterations}/${s.iterations_budget}` : `${s.iterations}`;
+    const text = s.state === "unreadable" ? s.reason
+      : `${its} iterations, ${s.failed} failed; ${best}; ${ago(s.updated_at)}`;
+    li.appendChild(el("div", "sub", text));
+    li.addEventListener("click", () => selectSearch(s.key));
+    ol.appendChild(li);
+  }
+}
+
+// ---- one search and its tree -------------------------------------------------------------------------------------
+
+async function selectSearch(key, nodeId) {
+  state.key = key;
+  state.node = null;
+  state.nodeId = nodeId === undefined ? null : nodeId;
+  location.hash = key + (state.nodeId === null ? "" : `/${state.nodeId}`);
+  renderList();
+  $("node").hidden = true;
+  await refreshSearch();
+  if (state.nodeId !== null) await selectNode(state.nodeId);
+}
+
+async function refreshSearch() {
+  if (!state.key) return;
+  try {
+    state.search = await getJSON(`/api/searches/${state.key}`);
+  } catch (e) {
+    $("search").hidden = false;
+    $("search-title").textContent = state.key;
+    $("search-reason").textContent = e.message;
+    $("search-reason").className = "error";
+    clear($("tree"));
+    return;
+  }
+  renderSearch(state.search);
+}
+
+function renderSearch(v) {
+  const s = v.listing;
+  $("search").hidden = false;
+  $("search-title").textContent = `${s.op}  ${s.tensors}`;
+  $("search-reason").className = "";
+  $("search-reason").textContent = s.state === "live"
+    ? `searching: ${s.iterations} of ${s.iterations_budget} iterations` : s.reason;
+  const failed = Object.entries(v.failures_by_stage).map(([k, n]) => `${n} at ${k}`).join(", ");
+  facts($("search-facts"), [
+    ["state", `${s.state}${s.stop_reason ? ` (stopped: ${s.stop_reason})` : ""}`],
+    ["decision", s.decision],
+    ["eager", us(v.eager_us)],
+    ["roofline floor", v.bandwidth_gbps ? `${us(v.floor_us)} at ${num(v.bandwidth_gbps, 0)} GB/s` : us(v.floor_us)],
+    ["best", s.best_speedup
+      ? `node ${v.best_id}: ${num(s.best_speedup, 2)}x eager, ${num(s.best_pct_roofline, 1)}% of roofline`
+      : "none verified"],
+    ["winner re-measured", (v.winner_remeasured_us || []).map((t) => num(t, 2)).join(", ")
+      + (v.winner_remeasured_us && v.winner_remeasured_us.length ? " us" : "")],
+    ["iterations to best", v.iterations_to_best],
+    ["failures", failed],
+    ["key", s.key],
+    ["updated", ago(s.updated_at)],
+  ]);
+  $("card-text").textContent = v.card_text;
+  renderLegend();
+  renderTree(v);
+}
+
+function renderLegend() {
+  const lg = clear($("legend"));
+  for (const [cls, text] of [["root", "eager"], ["ok", "verified"], ["failed", "failed"], ["pending", "running"]]) {
+    lg.appendChild(el("span", `dot ${cls}`));
+    lg.appendChild(el("span", null, `${text}  `));
+  }
+  lg.appendChild(el("span", "winner", "bold: the winner"));
+}
+
+function nodeLine(n, v) {
+  const parts = [`#${n.id}`, n.action];
+  if (n.status === "ok") parts.push(`${us(n.time_us)}, ${num(n.speedup, 2)}x, ${num(n.pct_bw, 0)}% bw`);
+  if (n.status === "root") parts.push(us(n.time_us));
+  if (n.status === "failed") parts.push(`${n.failure_stage}: ${(n.failure_reason || "").split("\n")[0].slice(0, 90)}`);
+  if (n.id === v.best_id && n.id !== v.winner_id) parts.push("(fastest)");
+  return parts.join("  ·  ");
+}
+
+function renderTree(v) {
+  const kids = new Map();
+  for (const n of v.nodes) {
+    if (n.parent === null) continue;
+    if (!kids.has(n.parent)) kids.set(n.parent, []);
+    kids.get(n.parent).push(n);
+  }
+  const tree = clear($("tree"));
+  const add = (ul, n) => {
+    const li = el("li");
+    const row = el("div", `row${n.id === state.nodeId ? " selected" : ""}${n.id === v.winner_id ? " winner" : ""}`);
+    row.appendChild(el("span", `dot ${n.status}`));
+    row.appendChild(el("span", n.duplicate_of !== null && n.duplicate_of !== undefined ? "dup" : "", nodeLine(n, v)));
+    row.title = n.description || n.action;
+    row.addEventListener("click", () => selectNode(n.id));
+    li.appendChild(row);
+    const children = kids.get(n.id) || [];
+    if (children.length) {
+      const sub = el("ul");
+      for (const c of children) add(sub, c);
+      li.appendChild(sub);
+    }
+    ul.appendChild(li);
+  };
+  if (v.nodes.length) add(tree, v.nodes[0]);
+}
+
+// ---- one node ----------------------------------------------------------------------------------------------------
+
+async function selectNode(id) {
+  if (!state.node || state.node.id !== id) state.tab = null;  // a new node opens on its own default tab
+  state.nodeId = id;
+  location.hash = `${state.key}/${id}`;
+  for (const r of document.querySelectorAll(".tree .row")) r.classList.remove("selected");
+  let node;
+  try {
+    node = await getJSON(`/api/searches/${state.key}/nodes/${id}`);
+  } catch (e) {
+    $("node").hidden = false;
+    $("node-title").textContent = `node ${id}`;
+    $("node-why").textContent = e.message;
+    $("node-why").className = "error";
+    return;
+  }
+  state.node = node;
+  if (state.search) renderTree(state.search);
+  renderNode(node);
+}
+
+function defaultTab(n) {
+  if (n.status === "failed") return n.failure_stage === "verify" ? "verification" : "compile log";
+  if (n.diff) return "diff";
+  return n.source ? "source" : "params";
+}
+
+function renderNode(n) {
+  $("node").hidden = false;
+  $("node-title").textContent = `node ${n.id}: ${n.action}`;
+  $("node-why").className = n.status === "failed" ? "error" : "";
+  $("node-why").textContent = n.why;
+  $("node-lineage").textContent = "path: " + n.lineage.map((s) => `#${s.id} ${s.action}`).join("  →  ");
+  facts($("node-facts"), [
+    ["status", n.status + (n.is_winner ? " (the winner)" : "")],
+    ["proposer", n.proposer],
+    ["description", n.description],
+    ["time", n.time_us === null ? ""
+      : `${us(n.time_us)}, ${num(n.speedup, 2)}x eager, ${num(n.pct_bw, 1)}% of the copy bandwidth`],
+    ["reward", `${num(n.reward, 3)} (visits ${n.visits}, subtree best ${num(n.best_reward, 3)})`],
+    ["iteration", n.iteration || ""],
+    ["same kernel as", n.extra && n.extra.duplicate_of !== undefined ? `node ${n.extra.duplicate_of}` : ""],
+  ]);
+  const tabs = {
+    "diff": () => n.diff || "(no diff: this node or its parent has no source)",
+    "source": () => n.source || "(no source)",
+    "params": () => JSON.stringify({ params: n.params, changed_from_parent: n.params_changed }, null, 1),
+    "launch plan": () => JSON.stringify(n.plan, null, 1),
+    "compile log": () => n.compile_log || "(empty)",
+    "verification": () => JSON.stringify(n.verify_report, null, 1),
+    "extra": () => JSON.stringify(n.extra, null, 1),
+  };
+  if (!state.tab || !(state.tab in tabs)) state.tab = defaultTab(n);
+  const nav = clear($("tabs"));
+  for (const name of Object.keys(tabs)) {
+    const b = el("button", name === state.tab ? "active" : "", name);
+    b.addEventListener("click", () => { state.tab = name; renderNode(n); });
+    nav.appendChild(b);
+  }
+  const body = clear($("tab-body"));
+  const text = tabs[state.tab]();
+  if (state.tab !== "diff" || !n.diff) { body.textContent = text; return; }
+  for (const line of text.split("\n")) {
+    const head = line.startsWith("+++") || line.startsWith("---") || line.startsWith("@@");
+    const cls = head ? "hunk" : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "";
+    body.appendChild(el("span", cls, (line || " ") + "\n"));
+  }
+}
+
+// ---- polling -----------------------------------------------------------------------------------------------------
+
+async function tick() {
+  try {
+    await refreshList();
+    const sel = state.list.find((s) => s.key === state.key);
+    if (sel && sel.state === "live") {
+      await refreshSearch();
+      if (state.node && state.node.status === "pending") await selectNode(state.nodeId);
+    }
+  } catch (e) {
+    status(`cannot reach the kforge ui server: ${e.message}`, true);
+  }
+}
+
+$("filter").addEventListener("input", renderList);
+
+(async () => {
+  await tick();
+  const [key, node] = location.hash.slice(1).split("/");
+  if (key) await selectSearch(key, node === undefined || node === "" ? undefined : Number(node));
+  setInterval(tick, POLL_MS);
+})();
