@@ -128,7 +128,7 @@ def main() -> None:
 
 
 @app.command()
-def prewarm(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] or package.module:callable"),
+def prewarm(model_spec: Optional[str] = typer.Argument(None, help="FILE.py[::SETTING] or package.module:callable"),
             iterations: int = typer.Option(50, help="MCTS iterations per signature."),
             seconds_per_op: float = typer.Option(60.0, help="Wall-clock budget per signature."),
             proposer: Optional[str] = typer.Option(None, help="templates | llm | mixed (default: config)."),
@@ -136,15 +136,17 @@ def prewarm(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] or pa
             gpus: int = typer.Option(0, help="Search workers, one per GPU (0 = every visible GPU)."),
             force: bool = typer.Option(False, help="Search again even where the cache has a decision."),
             cache_dir: Optional[Path] = typer.Option(None, help="Cache directory (default: KFORGE_CACHE_DIR)."),
-            families: str = typer.Option("", help="Opt-in families, e.g. matmul,conv.")) -> None:
+            families: str = typer.Option("", help="Opt-in families, e.g. matmul,conv."),
+            queued: bool = typer.Option(False, "--queued", help="Search the misses compiles queued (search='queue', "
+                                                                 "or past their budget) instead of a model.")) -> None:
     """Search every operator signature of a model ahead of time. Resumable: a rerun skips finished searches."""
     import torch
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from . import prewarm as pw
     from .config import KforgeConfig
-    from .inspect_model import model_cards
     from .store.local import LocalStore
+    from .store.queue import MissQueue
     from .store.shipped import ShippedStore
 
     options = {k: v for k, v in {"proposer": proposer, "min_share": min_share, "cache_dir": cache_dir,
@@ -152,9 +154,12 @@ def prewarm(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] or pa
     with kforge_errors():  # bad options and model specs: one line, before the model is built
         _check_budget(iterations, seconds_per_op, gpus)
         cfg = KforgeConfig.load(options)
-        found = model_cards(model_spec, families=cfg.families, inner=cfg.inner)
-    console.print(f"{model_spec}: {found.ops_seen} ATen ops, {found.candidates} candidate nodes, "
-                  f"{len(found.cards)} distinct signatures")
+        found = _prewarm_cards(model_spec, queued, cfg)
+    if queued:
+        console.print(f"{len(found.cards)} signatures queued by compiles in {MissQueue(cfg.cache_dir).directory}")
+    else:
+        console.print(f"{model_spec}: {found.ops_seen} ATen ops, {found.candidates} candidate nodes, "
+                      f"{len(found.cards)} distinct signatures")
     _print_cards_table(found.cards, found.bandwidth_gbps)
     if not torch.cuda.is_available():
         console.print("[yellow]No CUDA GPU here: kforge can list the cards (`kforge cards`), but searching needs a "
@@ -167,6 +172,10 @@ def prewarm(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] or pa
         n_gpus = _search_workers(gpus, torch.cuda.device_count())
         _check_search_gpus([arch_of(torch.device("cuda", i)) for i in range(n_gpus)], arch_of(device))
     cards_ = [c for c in found.cards if c.arch.startswith("sm_")]
+    if queued and (other := [c for c in cards_ if c.arch != arch_of(device)]):  # queued on a GPU of another arch
+        cards_ = [c for c in cards_ if c.arch == arch_of(device)]
+        console.print(f"{len(other)} queued signatures are for another arch than {arch_of(device)}: left in the "
+                      "queue for a prewarm on such a GPU")
     store = LocalStore(cfg.cache_dir)
     items = pw.plan(cards_, pw.profile_cards(cards_, device), cfg, store, force=force, shipped=ShippedStore())
     todo = [i for i in items if i.status in ("search", "shipped")]
@@ -198,6 +207,21 @@ def prewarm(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] or pa
             console.print("[yellow]Interrupted: finished searches are kept, and the trees of the interrupted ones "
                           "(kforge ui); rerun to continue.[/]")
     _print_prewarm_table([results.get(i.card.key) or pw.PrewarmResult(i.card, i.share, i.status) for i in items])
+    resolved = MissQueue(cfg.cache_dir).prune(store)  # Note [a miss kept for later] in store/queue.py
+    if resolved:
+        console.print(f"{len(resolved)} queued signatures now have a decision and left the queue")
+
+
+def _prewarm_cards(model_spec: str | None, queued: bool, cfg):
+    """The cards prewarm searches: a model's, or the queued misses' (one of the two)."""
+    from .inspect_model import model_cards, queued_cards
+
+    if queued == (model_spec is not None):
+        raise BadOption("kforge prewarm takes a MODEL_SPEC, or --queued for the misses compiles queued, not "
+                        + ("both" if queued else "neither"))
+    if queued:
+        return queued_cards(cfg.cache_dir)
+    return model_cards(model_spec, families=cfg.families, inner=cfg.inner)
 
 
 def _check_budget(iterations: int, seconds_per_op: float, gpus: int) -> None:

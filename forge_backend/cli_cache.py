@@ -385,3 +385,31 @@ def _print_published(console: Console, team: TeamStore, records: list[KernelReco
     for rec, p in zip(records, done):
         what = f"{rec.key[:16]} {rec.signature.get('op', '?')} {_shape(rec)} {rec.decision}"
         console.print(f"  {'published' if p.written else 'skipped  '} {what}: {p.why}", markup=False)
+
+
+@cache_app.command("queue")
+def queue_cmd(cache_dir: CacheDir = None,
+              clear: Annotated[bool, typer.Option("--clear", help="Empty the queue.")] = False) -> None:
+    """The misses compiles queued for `kforge prewarm --queued` (search='queue', or past their search budget)."""
+    from .config import KforgeConfig
+    from .store.queue import MissQueue
+
+    with kforge_errors():
+        queue = MissQueue(cache_dir or KforgeConfig.load().cache_dir)
+        console = console_for()
+        if clear:
+            console.print(f"removed {queue.clear()} queued misses from {queue.directory}", markup=False)
+            return
+        misses = queue.misses()
+        if not misses:
+            console.print(f"no queued misses in {queue.directory}", markup=False)
+            return
+        table = Table(title=f"queued misses: {queue.directory}", title_justify="left")
+        for col in ("key", "op", "inputs", "arch", "processes", "last missed", "why not searched"):
+            table.add_column(col, no_wrap=col != "why not searched")
+        for m in misses:
+            ins = ", ".join(f"{t.get('dtype')}{list(t.get('shape', []))}" for t in m.card.get("inputs", [])[:2])
+            table.add_row(m.key[:12], str(m.card.get("op", "?")), ins, str(m.card.get("arch", "?")), str(m.misses),
+                          age(_dt.datetime.fromtimestamp(m.last_seen, _dt.timezone.utc).isoformat()), m.why)
+        console.print(table)
+        console.print(f"{len(misses)} signatures; search them with: kforge prewarm --queued", markup=False)

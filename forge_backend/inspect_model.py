@@ -78,11 +78,26 @@ def model_cards(spec: str, families: tuple[str, ...] = (), inner: str | None = N
                              options={"families": families, "search": "off", "inner": "eager"})
     with torch.no_grad():
         compiled(*loaded.inputs)
-    bw, source = H200_COPY_GBPS, "H200 copy bandwidth from the anchors; no GPU here"
-    if torch.cuda.is_available():
-        from .measure import copy_bandwidth
-
-        dev = torch.device("cuda", torch.cuda.current_device())
-        bw, source = copy_bandwidth(dev, KforgeConfig.load().cache_dir), f"measured on {torch.cuda.get_device_name()}"
+    bw, source = floor_bandwidth()
     cards = [c for c in merge_cards(provider.cards) if looked_up(c, families, inner, cfg)]
     return ModelCards(cards, sum(r.ops_seen for r in reports), sum(c.occurrences for c in cards), bw, source, reports)
+
+
+def floor_bandwidth() -> tuple[float, str]:
+    """The bandwidth floors are drawn at, and where it comes from: measured on the current GPU, else the H200's."""
+    if not torch.cuda.is_available():
+        return H200_COPY_GBPS, "H200 copy bandwidth from the anchors; no GPU here"
+    from .measure import copy_bandwidth
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    return copy_bandwidth(dev, KforgeConfig.load().cache_dir), f"measured on {torch.cuda.get_device_name()}"
+
+
+def queued_cards(cache_dir) -> ModelCards:
+    """The cards of the misses compiles queued in ``cache_dir`` (Note [a miss kept for later] in store/queue.py), as
+    a model's cards: each with the occurrences its compile counted."""
+    from .store.queue import MissQueue
+
+    cards = [m.card_obj() for m in MissQueue(cache_dir).misses()]
+    bw, source = floor_bandwidth()
+    return ModelCards(cards, 0, sum(c.occurrences for c in cards), bw, source, [])

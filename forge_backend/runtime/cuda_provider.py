@@ -3,8 +3,10 @@
 Per card, in order: a kernel already loaded in this process; a trusted local record (load its cubin: the cubin
 cache makes that 0 NVRTC compiles and 0 timings); an untrusted (team, shipped or imported) record, re-verified in the
 worker first; else, with ``search="on_miss"`` and a template family for the op, an MCTS search within the compile's
-budget, also where an untrusted record failed its re-verification (Note [a record that fails here is searched]). A
-failure for one card is logged once with its op and leaves that op to PyTorch (strict: raised).
+budget, also where an untrusted record failed its re-verification (Note [a record that fails here is searched]).
+A miss that is not searched (``search="queue"``, or the budget spent) is queued for ``kforge prewarm --queued``
+(Note [a miss kept for later] in store/queue.py). A failure for one card is logged once with its op and leaves that
+op to PyTorch (strict: raised).
 
 Note [a record that fails here is searched]
 A shipped or imported record was verified on another GPU. Its kernel can fail here: a relay kernel's cooperative
@@ -51,6 +53,7 @@ from ..reference import call_aten
 from ..registry import KernelImpl, conform
 from ..signature import arch_of
 from ..store.local import LocalStore
+from ..store.queue import MissQueue
 from ..store.record import KernelRecord
 from ..store.shipped import ShippedStore, TieredStore
 from ..store.team import team_store
@@ -95,6 +98,8 @@ class CudaProvider:
         self._vs_inductor: dict[tuple[str, float], tuple[float, float] | None] = {}
         # (key, record integrity) of the untrusted records that failed re-verification on this GPU (the Note above)
         self._failed_here: set[tuple[str, str]] = set()
+        self.queue = MissQueue(cfg.cache_dir)  # Note [a miss kept for later] in store/queue.py
+        self._queued: set[str] = set()  # keys this process queued: one entry, and one count, a process
 
     @classmethod
     def shared(cls, cfg: KforgeConfig) -> "CudaProvider":
@@ -221,19 +226,45 @@ class CudaProvider:
             counters["kforge"]["reverify_failed"] += 1  # Note [a record that fails here is searched]
         else:
             counters["kforge"]["cache_miss"] += 1
-        if cfg.search != "on_miss" or time.monotonic() >= deadline:
-            return None
-        from .search_runner import has_template, run_search
+        return self._miss(card, cfg, deadline)
 
-        if not has_template(card):
+    def _miss(self, card: OperatorCard, cfg: KforgeConfig, deadline: float) -> KernelImpl | None:
+        """A card with no usable record: searched within the compile's budget (``on_miss``), or queued for
+        ``kforge prewarm --queued`` (Note [a miss kept for later] in store/queue.py), or left alone (``off``)."""
+        from .search_runner import has_template, run_search, searchable
+
+        if cfg.search == "off" or not searchable(card, cfg):
             return None
+        if cfg.search == "queue":
+            return self._queue(card, "search='queue': kept for kforge prewarm --queued")
+        if time.monotonic() >= deadline:
+            return self._queue(card, "the compile's search budget (search_seconds) was spent on other signatures")
+        if not has_template(card):  # a compile searches with the templates only; prewarm may ask the LLM
+            return self._queue(card, "no template family covers it; the LLM proposer can search it in a prewarm")
         outcome = run_search(card, cfg, self.client, self.local, iterations=cfg.search_iterations,
                              seconds=max(deadline - time.monotonic(), 1.0))
         counters["kforge"]["searches"] += 1
         log.info("kforge: searched %s in %.1fs: %s", card.op, outcome.seconds, outcome.result.record.reason)
-        if outcome.record is None or outcome.record.decision != "kernel":
+        if outcome.record is None:
+            return self._queue(card, "its search ran out of the compile's budget before any verdict")
+        if outcome.record.decision != "kernel":
             return None
         return self._use_record(card, outcome.record, cfg)
+
+    def _queue(self, card: OperatorCard, why: str) -> None:
+        """Queue ``card`` once a process; a queue that cannot be written is warned about once, never raised."""
+        if card.key in self._queued:
+            return None
+        self._queued.add(card.key)
+        try:
+            self.queue.add(card, why)
+        except OSError as e:
+            counters["kforge"]["queue_failed"] += 1
+            if counters["kforge"]["queue_failed"] == 1:
+                log.warning("kforge: could not queue missed signatures in %s (%s)", self.queue.directory, e)
+            return None
+        counters["kforge"]["queued"] += 1
+        return None
 
     def _use_record(self, card: OperatorCard, record: KernelRecord, cfg: KforgeConfig) -> KernelImpl | None:
         if record.decision != "kernel":

@@ -51,6 +51,12 @@ def has_template(card: OperatorCard) -> bool:
     return template_gap(card) is None
 
 
+def searchable(card: OperatorCard, cfg: KforgeConfig) -> bool:
+    """Whether ``kforge prewarm`` would search ``card`` with ``cfg``'s proposer: any card with the LLM, else one a
+    template family serves (prewarm.plan's rule)."""
+    return cfg.proposer != "templates" or has_template(card)
+
+
 @dataclass
 class SearchOutcome:
     record: KernelRecord | None  # None when the result must not be cached (budget ran out before any verdict)

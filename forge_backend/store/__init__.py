@@ -5,6 +5,8 @@ bundle export/import), then :class:`TeamStore` (a directory the team shares, ``K
 machine's search winners are published there), then :class:`ShippedStore` (read-only ``kernels_cache/``);
 :class:`TieredStore` combines them. The team and shipped tiers are :class:`RecordDirectory` files (``<key>.json``).
 Anything read from another machine (team, shipped, imported) comes back ``trusted=False`` until re-verified here.
+Beside the tiers, :class:`MissQueue` keeps the cards of the misses compiles did not search, for ``kforge prewarm
+--queued`` (Note [a miss kept for later] in queue.py).
 
 Layering: store imports contract, signature, errors and fsutil (cards lazily, for views; config for type hints
 only); the store is imported by the runtime, prewarm, the CLI and the UI, never the other way.
@@ -15,12 +17,14 @@ from .directory import RecordDirectory
 from .local import BundleError, ImportReport, LocalStore, RecordNotFound, RecordReader
 from .record import (DECISIONS, RECORD_VERSION, SOURCES, BadKey, CorruptRecord, IntegrityReport, InvalidRecord,
                      KernelRecord, check_key, is_key, make_provenance)
+from .queue import MissQueue, QueuedMiss
 from .shipped import ShippedStore, TieredStore, Tiers, default_shipped_dir
 from .team import Published, TeamStore, TeamStoreUnavailable, publish_found, team_store
 
 __all__ = [
     "DECISIONS", "RECORD_VERSION", "SOURCES", "BadKey", "BundleError", "CorruptRecord", "ImportReport",
-    "IntegrityReport", "InvalidRecord", "KernelRecord", "LocalStore", "Published", "RecordDirectory", "RecordNotFound",
-    "RecordReader", "ShippedStore", "TeamStore", "TeamStoreUnavailable", "TieredStore", "Tiers", "check_key", "is_key",
-    "default_shipped_dir", "make_provenance", "publish_found", "team_store",
+    "IntegrityReport", "InvalidRecord", "KernelRecord", "LocalStore", "MissQueue", "QueuedMiss", "Published",
+    "RecordDirectory", "RecordNotFound", "RecordReader", "ShippedStore", "TeamStore", "TeamStoreUnavailable",
+    "TieredStore", "Tiers", "check_key", "is_key", "default_shipped_dir", "make_provenance", "publish_found",
+    "team_store",
 ]
