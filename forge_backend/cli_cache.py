@@ -181,12 +181,17 @@ def _vs_inductor(timings: dict) -> str:
 @cache_app.command("show")
 def show_cmd(key: Annotated[str, typer.Argument(help="A record key or a unique prefix of one.")],
              cache_dir: CacheDir = None) -> None:
-    """Show one record: operator card, kernel source, launch plan, timings, verification, provenance."""
+    """Show one record: operator card, kernel source, launch plan, timings, verification, provenance. The key is
+    looked up as a compile looks it up: local, then the team store (when one is configured), then shipped."""
+    from .config import KforgeConfig
+    from .store.team import team_store
+
     with kforge_errors():
-        store, shipped = _store(cache_dir), ShippedStore()
-        full = resolve_key(key, sorted(set(store.keys()) | set(shipped.keys())), _describer(store, shipped))
+        store = _store(cache_dir)
+        tiers = [t for t in (store, team_store(KforgeConfig.load()), ShippedStore()) if t is not None]
+        full = resolve_key(key, sorted(set().union(*(t.keys() for t in tiers))), _describer(tiers))
         try:
-            rec = store.read(full) if full in store else shipped.read(full)
+            rec = _first_read(tiers, full)
         except CorruptRecord as e:
             raise CorruptRecord(f"record {full} is corrupt: {e}") from e
         if rec is None:  # deleted by another process since the listing
@@ -194,10 +199,16 @@ def show_cmd(key: Annotated[str, typer.Argument(help="A record key or a unique p
         _show(console_for(), rec, store)
 
 
-def _describer(store: LocalStore, shipped: ShippedStore) -> Callable[[str], str]:
+def _first_read(tiers: list[RecordReader], key: str) -> KernelRecord | None:
+    """The record of ``key`` in the first tier that holds it; raises CorruptRecord for a corrupt one."""
+    tier = next((t for t in tiers if key in t), None)
+    return None if tier is None else tier.read(key)
+
+
+def _describer(tiers: list[RecordReader]) -> Callable[[str], str]:
     def describe(key: str) -> str:
         try:
-            rec = store.read(key) if key in store else shipped.read(key)
+            rec = _first_read(tiers, key)
         except CorruptRecord:
             return "(corrupt)"
         return "" if rec is None else f"{rec.signature.get('op', '?')} {_shape(rec)} {rec.decision} ({rec.source})"
@@ -249,16 +260,20 @@ def clear_cmd(cache_dir: CacheDir = None,
 
 
 @cache_app.command("verify")
-def verify_cmd(cache_dir: CacheDir = None, shipped: Shipped = False,
+def verify_cmd(cache_dir: CacheDir = None, shipped: Shipped = False, team: Team = False, team_dir: TeamDir = None,
                gpu: Annotated[bool, typer.Option("--gpu", help="Also re-run each kernel's verification on this "
                                                               "GPU; passing records become trusted.")] = False
                ) -> None:
-    """Check the integrity of every entry; with --gpu, re-verify kernels on this GPU."""
+    """Check the integrity of every entry (with --team and --shipped, of those tiers too); with --gpu, re-verify
+    the local and shipped kernels on this GPU."""
     with kforge_errors():
         store = _store(cache_dir)
         console = console_for()
         shipped_store = ShippedStore() if shipped else None
         tiers: list[tuple[str, Path, Any]] = [("local", store.root, store)]
+        if team or team_dir is not None:
+            team_store_ = _team(team_dir)
+            tiers.append(("team", team_store_.directory, team_store_))
         if shipped_store is not None:
             tiers.append(("shipped", shipped_store.directory, shipped_store))
         corrupt = 0

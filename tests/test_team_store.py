@@ -474,3 +474,30 @@ def test_cli_publish_of_many_records_runs_behind_a_progress_bar(tmp_path: Path, 
     r = invoke("publish", "--cache-dir", str(cache), "--team", str(team.directory))
     assert r.exit_code == 0, r.output
     assert "published 25 of 25 records" in r.output and len(team.keys()) == 25
+
+
+def test_cli_show_finds_a_team_record_after_local(cli_env, monkeypatch):
+    team = cli_env["team"]
+    only_team = make_record(512)
+    team.write(only_team)
+    monkeypatch.setenv("KFORGE_TEAM_STORE", str(team.directory))
+    r = invoke("show", only_team.key[:12], "--cache-dir", cli_env["cache"])
+    assert r.exit_code == 0, r.output
+    assert "source: team   trusted: False" in r.output
+    team.write(timed(cli_env["mine"], 3.0))  # the local record of this key answers first, as in a compile
+    r = invoke("show", cli_env["mine"].key[:12], "--cache-dir", cli_env["cache"])
+    assert "source: local   trusted: True" in r.output
+    monkeypatch.delenv("KFORGE_TEAM_STORE")
+    r = invoke("show", only_team.key[:12], "--cache-dir", cli_env["cache"])
+    assert r.exit_code == 1, "without a team store the key is unknown"
+
+
+def test_cli_verify_checks_the_team_tier(cli_env):
+    team = cli_env["team"]
+    team.write(make_record(512))
+    r = invoke("verify", "--cache-dir", cli_env["cache"], "--team-dir", str(team.directory))
+    assert r.exit_code == 0, r.output
+    assert f"team ({team.directory}): 1 ok, 0 corrupt" in r.output
+    (team.directory / f"{make_record(1024).key}.json").write_text("{ torn")
+    r = invoke("verify", "--cache-dir", cli_env["cache"], "--team-dir", str(team.directory))
+    assert r.exit_code == 1 and "1 ok, 1 corrupt" in r.output
