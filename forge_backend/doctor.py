@@ -100,6 +100,24 @@ def _cache(cfg: KforgeConfig) -> Check:
     return Check("cache", True, f"{cfg.cache_dir} (KFORGE_CACHE_DIR)")
 
 
+def _team(cfg: KforgeConfig) -> Check | None:
+    """The team store (store/team.py), when one is configured: reachable, how many records, writable."""
+    if not cfg.team_store:
+        return None
+    from .store.team import TeamStore, TeamStoreUnavailable
+
+    team = TeamStore(cfg.team_store)
+    if not team.directory.is_dir():
+        return Check("team store", False, team.missing() + "; or unset KFORGE_TEAM_STORE")
+    n = len(team.keys())
+    try:
+        team.check_writable()
+    except TeamStoreUnavailable as e:
+        return Check("team store", False, f"{e}: its {n} records are looked up, but this machine's winners will not "
+                                          "be published", warn=True)
+    return Check("team store", True, f"{team.directory}: {n} records, writable (KFORGE_TEAM_STORE)")
+
+
 def _llm(cfg: KforgeConfig) -> Check:
     if not cfg.llm_model:
         return Check("LLM", False, "KFORGE_LLM_MODEL is not set: the template proposer works offline; set it (and "
@@ -118,7 +136,8 @@ def run_checks(check_llm: bool = True) -> list[Check]:
     except BadOption as e:
         return [Check("config", False, str(e))]
     checks = [Check("config", True, f"inner={cfg.inner} search={cfg.search} proposer={cfg.proposer}"),
-              _torch(), _gpu(), *filter(None, [_other_gpus()]), _nvrtc(), _nvcc(), _cache(cfg)]
+              _torch(), _gpu(), *filter(None, [_other_gpus()]), _nvrtc(), _nvcc(), _cache(cfg),
+              *filter(None, [_team(cfg)])]
     if check_llm:
         checks.append(_llm(cfg))
     return checks

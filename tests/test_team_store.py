@@ -501,3 +501,21 @@ def test_cli_verify_checks_the_team_tier(cli_env):
     (team.directory / f"{make_record(1024).key}.json").write_text("{ torn")
     r = invoke("verify", "--cache-dir", cli_env["cache"], "--team-dir", str(team.directory))
     assert r.exit_code == 1 and "1 ok, 1 corrupt" in r.output
+
+
+def test_doctor_reports_the_team_store(tmp_path: Path, team: TeamStore, monkeypatch):
+    from forge_backend import doctor
+
+    assert doctor._team(KforgeConfig.load({}, env={})) is None, "no team store configured: no line"
+    team.write(make_record(512))
+    check = doctor._team(KforgeConfig.load({"team_store": str(team.directory)}, env={}))
+    assert check.ok and "1 records, writable" in check.detail
+    missing = doctor._team(KforgeConfig.load({"team_store": str(tmp_path / "unmounted")}, env={}))
+    assert not missing.ok and not missing.warn and "not a directory" in missing.detail
+
+    def refuse(self):
+        raise TeamStoreUnavailable(f"cannot write to the team store {self.directory}: Read-only file system")
+
+    monkeypatch.setattr(TeamStore, "check_writable", refuse)
+    ro = doctor._team(KforgeConfig.load({"team_store": str(team.directory)}, env={}))
+    assert not ro.ok and ro.warn and "Read-only" in ro.detail and "will not be published" in ro.detail
