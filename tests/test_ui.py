@@ -142,6 +142,20 @@ def test_node_view_diffs_against_the_parent_and_says_why(tmp_path):
     assert data.node_view(tmp_path, key, 0)["diff"] == ""  # the root has no source
 
 
+def test_node_view_diffs_against_another_node_on_request(tmp_path):
+    rec = finished_record()
+    key = save(tmp_path, rec)
+    best = rec.best_node()
+    other = next(n for n in rec.nodes if n.status == "ok" and n.id != best.id)
+    v = data.node_view(tmp_path, key, other.id, against=best.id)
+    assert v["diff_against"] == best.id and f"--- node {best.id}" in v["diff"]
+    assert v["params_changed"] == {"path": [best.params["path"], other.params["path"]]}
+    assert v["best_id"] == best.id and v["winner_id"] == rec.winner_id
+    assert data.node_view(tmp_path, key, other.id)["diff_against"] == other.parent
+    with pytest.raises(IndexError):
+        data.node_view(tmp_path, key, other.id, against=len(rec.nodes))
+
+
 def test_node_view_of_a_node_the_record_lacks(tmp_path):
     key = save(tmp_path, finished_record())
     with pytest.raises(IndexError, match="nodes 0.."):
@@ -205,6 +219,17 @@ def test_the_api_answers_with_the_records(served):
 def test_bad_requests_are_refused_with_a_message(served, path, status):
     r, body = get(served[0], path)
     assert r.status == status and json.loads(body)["error"]
+
+
+def test_a_diff_against_another_node(served):
+    server, key, rec = served
+    best = rec.best_node()
+    r, body = get(server, f"/api/searches/{key}/nodes/1?against={best.id}")
+    assert r.status == 200 and json.loads(body)["diff_against"] == best.id
+    r, body = get(server, f"/api/searches/{key}/nodes/1?against=best")
+    assert r.status == 400 and "a node id is a number" in json.loads(body)["error"]
+    r, _ = get(server, f"/api/searches/{key}/nodes/1?against={len(rec.nodes)}")
+    assert r.status == 404
 
 
 def test_a_node_out_of_range_is_404(served):

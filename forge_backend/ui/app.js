@@ -194,14 +194,15 @@ function renderTree(v) {
 
 // ---- one node ----------------------------------------------------------------------------------------------------
 
-async function selectNode(id) {
+async function selectNode(id, against) {
   if (!state.node || state.node.id !== id) state.tab = null;  // a new node opens on its own default tab
+  const base = against === undefined || against === null ? "" : `?against=${against}`;
   state.nodeId = id;
   location.hash = `${state.key}/${id}`;
   for (const r of document.querySelectorAll(".tree .row")) r.classList.remove("selected");
   let node;
   try {
-    node = await getJSON(`/api/searches/${state.key}/nodes/${id}`);
+    node = await getJSON(`/api/searches/${state.key}/nodes/${id}${base}`);
   } catch (e) {
     $("node").hidden = false;
     $("node-title").textContent = `node ${id}`;
@@ -237,7 +238,7 @@ function renderNode(n) {
     ["same kernel as", n.extra && n.extra.duplicate_of !== undefined ? `node ${n.extra.duplicate_of}` : ""],
   ]);
   const tabs = {
-    "diff": () => n.diff || "(no diff: this node or its parent has no source)",
+    "diff": () => n.diff || `(no diff: this node or node ${n.diff_against} has no source, or they are the same)`,
     "source": () => n.source || "(no source)",
     "params": () => JSON.stringify({ params: n.params, changed_from_parent: n.params_changed }, null, 1),
     "launch plan": () => JSON.stringify(n.plan, null, 1),
@@ -252,6 +253,7 @@ function renderNode(n) {
     b.addEventListener("click", () => { state.tab = name; renderNode(n); });
     nav.appendChild(b);
   }
+  if (state.tab === "diff") diffChoices(nav, n);
   const body = clear($("tab-body"));
   const text = tabs[state.tab]();
   if (state.tab !== "diff" || !n.diff) { body.textContent = text; return; }
@@ -259,6 +261,20 @@ function renderNode(n) {
     const head = line.startsWith("+++") || line.startsWith("---") || line.startsWith("@@");
     const cls = head ? "hunk" : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "";
     body.appendChild(el("span", cls, (line || " ") + "\n"));
+  }
+}
+
+// The diff is against the parent by default; the best and the winner are a click away.
+function diffChoices(nav, n) {
+  const choices = [["parent", n.parent], ["best", n.best_id], ["winner", n.winner_id]];
+  const seen = new Set([n.id]);
+  nav.appendChild(el("span", "sub", "  against: "));
+  for (const [name, id] of choices) {
+    if (id === null || id === undefined || seen.has(id)) continue;
+    seen.add(id);
+    const b = el("button", id === n.diff_against ? "active" : "", `${name} #${id}`);
+    b.addEventListener("click", () => selectNode(n.id, name === "parent" ? null : id));
+    nav.appendChild(b);
   }
 }
 

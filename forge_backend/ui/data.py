@@ -177,27 +177,36 @@ def _node_brief(node: Any) -> dict[str, Any]:
     return d
 
 
-def node_view(directory: Path, key: str, node_id: int) -> dict[str, Any]:
-    """One node whole, with its lineage from the root, the diff of its source against its parent's and the params
-    it changed. IndexError for a node the record does not have; otherwise raises as :func:`load` does."""
+def node_view(directory: Path, key: str, node_id: int, against: int | None = None) -> dict[str, Any]:
+    """One node whole, with its lineage from the root, the diff of its source against its parent's (or against node
+    ``against``: the best, the winner, any other) and the params it changed. IndexError for a node the record does
+    not have; otherwise raises as :func:`load` does."""
     record, _ = load(directory, key)
-    if not 0 <= node_id < len(record.nodes):
-        raise IndexError(f"search {key[:16]} has nodes 0..{len(record.nodes) - 1}, not {node_id}")
-    node = record.node(node_id)
-    parent = record.node(node.parent) if node.parent is not None else None
+    node = _node(record, key, node_id)
+    base_id = node.parent if against is None else _node(record, key, against).id
+    base = record.node(base_id) if base_id is not None else None
     cand = node.candidate or {}
+    best = record.best_node()
     return {
         **node.to_json(), "source": cand.get("source", ""), "plan": cand.get("plan"),
         "description": cand.get("description", ""),
         "lineage": [{"id": n.id, "action": n.action} for n in record.lineage(node_id)],
-        "diff": source_diff(parent, node), "params_changed": params_changed(parent, node),
+        "diff_against": base_id, "diff": source_diff(base, node), "params_changed": params_changed(base, node),
+        "best_id": best.id if best else None, "winner_id": record.winner_id,
         "is_winner": record.winner_id == node_id,
         "why": _why(record, node_id),
     }
 
 
+def _node(record: SearchRecord, key: str, node_id: int) -> Any:
+    if not 0 <= node_id < len(record.nodes):
+        raise IndexError(f"search {key[:16]} has nodes 0..{len(record.nodes) - 1}, not {node_id}")
+    return record.node(node_id)
+
+
 def source_diff(parent: Any, node: Any) -> str:
-    """The unified diff of the node's source against its parent's; empty when either has none."""
+    """The unified diff of the node's source against ``parent``'s (its parent, or another node); empty when either
+    has none."""
     new = (node.candidate or {}).get("source")
     old = (parent.candidate or {}).get("source") if parent is not None else None
     if not new or not old:
@@ -207,7 +216,7 @@ def source_diff(parent: Any, node: Any) -> str:
 
 
 def params_changed(parent: Any, node: Any) -> dict[str, list[Any]]:
-    """Template knobs that differ from the parent's: name -> [parent's value, this node's] (None where unset)."""
+    """Template knobs that differ from ``parent``'s: name -> [its value, this node's] (None where unset)."""
     old = parent.params if parent is not None else {}
     keys = sorted(set(old) | set(node.params))
     return {k: [old.get(k), node.params.get(k)] for k in keys if old.get(k) != node.params.get(k)}

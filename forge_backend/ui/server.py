@@ -5,6 +5,7 @@ Routes, all GET (anything else is 405):
     /api/searches                       {"cache_dir", "searches_dir", "now", "searches": [Listing, ...]}
     /api/searches/KEY                   one search and its nodes, without sources
     /api/searches/KEY/nodes/N           one node whole: source, diff against its parent, plan, logs, reports
+    /api/searches/KEY/nodes/N?against=M the same, its diff and changed params against node M
 
 Note [a local page that other sites cannot read]
 Kernel sources and timings are not secrets, but the page should not hand them to any web site the user happens to
@@ -28,6 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 from ..search.records import CorruptRecord
 from . import data
@@ -93,12 +95,13 @@ class UiServer(ThreadingHTTPServer):
         return t
 
     # ---- answers -----------------------------------------------------------------------------------------------
-    def api(self, path: str) -> Any:
+    def api(self, path: str, query: str = "") -> Any:
         if path == "/api/searches":
             return {"cache_dir": str(self.cache_dir), "searches_dir": str(self.searches_dir), "now": time.time(),
                     "searches": [e.to_json() for e in self.listings()]}
         if m := _NODE.match(path):
-            return self._read(lambda k: data.node_view(self.searches_dir, k, int(m.group(2))), m.group(1))
+            against = _against(query)
+            return self._read(lambda k: data.node_view(self.searches_dir, k, int(m.group(2)), against), m.group(1))
         if m := _SEARCH.match(path):
             return self._read(lambda k: data.search_view(self.searches_dir, k), m.group(1))
         raise ApiError(HTTPStatus.NOT_FOUND, f"no such page: {path}")
@@ -116,6 +119,16 @@ class UiServer(ThreadingHTTPServer):
             raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY, str(e)) from None
 
 
+def _against(query: str) -> int | None:
+    """The node a diff is taken against (``?against=N``), or None for the parent."""
+    values = parse_qs(query).get("against")
+    if not values:
+        return None
+    if not re.fullmatch(r"\d{1,9}", values[0]):
+        raise ApiError(HTTPStatus.BAD_REQUEST, f"against={values[0][:20]!r}: a node id is a number")
+    return int(values[0])
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: UiServer
     server_version = "kforge-ui"
@@ -125,13 +138,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(HTTPStatus.FORBIDDEN, {"error": "this page answers only to a loopback Host "
                                                             "(Note [a local page that other sites cannot read])"})
             return
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         if path in _ASSETS:
             name, kind = _ASSETS[path]
             self._send(HTTPStatus.OK, resources.files(__package__).joinpath(name).read_bytes(), kind)
             return
         try:
-            self._send_json(HTTPStatus.OK, self.server.api(path))
+            self._send_json(HTTPStatus.OK, self.server.api(path, query))
         except ApiError as e:
             self._send_json(e.status, {"error": str(e)})
 
