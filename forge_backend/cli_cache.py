@@ -361,14 +361,14 @@ def import_cmd(directory: Annotated[Path, typer.Argument(help="Bundle directory 
 
 @cache_app.command("publish")
 def publish_cmd(keys: Annotated[Optional[list[str]], typer.Argument(
-                    help="Keys or unique prefixes to publish (default: every record this machine's searches made).",
+                    help="Keys or unique prefixes to publish (default: every kernel this machine's searches found).",
                     metavar="KEY", show_default=False)] = None,
                 team: Annotated[Optional[Path], typer.Option(
                     "--team", "--team-dir", help="The team store's directory (default: KFORGE_TEAM_STORE).",
                     show_default=False)] = None,
                 cache_dir: CacheDir = None) -> None:
-    """Push this machine's trusted records to the team store. A team kernel is replaced only by a faster one measured
-    on the same GPU, never by PyTorch's decision (see "what a publish replaces" in store/team.py)."""
+    """Push this machine's trusted kernels to the team store (PyTorch's decisions only when named). A team kernel is
+    replaced only by a faster one measured on the same GPU (see "what a publish replaces" in store/team.py)."""
     with kforge_errors():
         target = _team(team)
         target.check_writable()
@@ -380,9 +380,10 @@ def publish_cmd(keys: Annotated[Optional[list[str]], typer.Argument(
 
 
 def _to_publish(store: LocalStore, keys: list[str] | None) -> list[KernelRecord]:
-    """The records named by ``keys`` (prefixes allowed; a corrupt one is an error), else every valid record."""
+    """The records named by ``keys`` (prefixes allowed; a corrupt one is an error), else every valid kernel record
+    (Note [what a publish replaces] in store/team.py: PyTorch's decisions only when named)."""
     if not keys:
-        return [rec for _, rec in store.items()]
+        return [rec for _, rec in store.items() if rec.decision == "kernel"]
     known = store.keys()
     records = []
     for full in dict.fromkeys(resolve_key(k, known) for k in keys):  # each key once, in the order given

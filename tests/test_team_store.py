@@ -379,9 +379,30 @@ def test_a_search_publishes_its_record_to_the_team(tmp_path: Path, team: TeamSto
     card = softmax([8, 1024])
     with LocalStore(tmp_path / "cache") as local:
         out = search_runner.run_search(card, cfg, FakeClient(), local, 6, 600.0, proposers=[KnobTree(depth=2)])
-    assert out.record is not None and team.keys() == [card.key]
+    assert out.record is not None and out.record.decision == "kernel" and team.keys() == [card.key]
     assert team.get(card.key).integrity() == out.record.marked(source="team", trusted=False).integrity()
     assert counters["kforge"]["team_published"] == 1
+
+
+def test_a_search_that_keeps_pytorch_publishes_nothing(tmp_path: Path, team: TeamStore, monkeypatch):
+    """Note [what a publish replaces]: a "pytorch" record in the team would stop every teammate's search of it."""
+    from template_cards import softmax
+    from test_mcts import EAGER, FLOOR, KnobTree, SimEvaluator
+
+    from forge_backend.runtime import search_runner
+
+    class FakeClient:
+        def call(self, request: dict[str, Any]) -> dict[str, Any]:
+            return {"eager_us": EAGER, "floor_us": FLOOR, "bandwidth_gbps": 4000.0}
+
+    slow = SimEvaluator(time_fn=lambda p: 2 * EAGER)  # every candidate loses to eager
+    monkeypatch.setattr(search_runner, "WorkerEvaluator", lambda client, arch, cache_dir: slow)
+    cfg = cfg_for(tmp_path, team.directory)
+    card = softmax([8, 1024])
+    with LocalStore(tmp_path / "cache") as local:
+        out = search_runner.run_search(card, cfg, FakeClient(), local, 6, 600.0, proposers=[KnobTree(depth=2)])
+        assert out.record.decision == "pytorch" and local.get(card.key) is not None
+    assert team.keys() == [] and counters["kforge"]["team_published"] == 0
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -410,10 +431,10 @@ def test_cli_publish_pushes_this_machines_records_and_says_what_it_skipped(cli_e
     monkeypatch.setenv("KFORGE_TEAM_STORE", str(team.directory))
     r = invoke("publish", "--cache-dir", cli_env["cache"])
     assert r.exit_code == 0, r.output
-    assert f"published 2 of 3 records to {team.directory}, skipped 1" in r.output
+    assert f"published 1 of 2 records to {team.directory}, skipped 1" in r.output  # kernels only, unless named
     assert f"published {cli_env['mine'].key[:16]}" in r.output and "new to the team" in r.output
     assert f"skipped   {cli_env['imported'].key[:16]}" in r.output and "source imported" in r.output
-    assert team.keys() == sorted([cli_env["mine"].key, cli_env["pytorch"].key])
+    assert team.keys() == [cli_env["mine"].key]
     again = invoke("publish", cli_env["mine"].key[:10], "--cache-dir", cli_env["cache"])
     assert again.exit_code == 0 and "published 0 of 1 records" in again.output
     assert "holds this kernel already" in again.output

@@ -18,6 +18,12 @@ Set ``team_store`` (``KFORGE_TEAM_STORE``) to use one.
   Note [a team store that cannot be reached].
 
 Note [what a publish replaces]
+What a search publishes by itself, and what ``kforge cache publish`` publishes when no key is named, are kernels
+(the winners), never PyTorch's decision: a team record of any decision answers a teammate's lookup, and a "pytorch"
+record would stop every teammate's compile from searching that signature, although it may only say that a compile's
+8-iteration search found nothing. A "pytorch" record goes to the team only when a user names its key to ``kforge
+cache publish``.
+
 Several machines publish into one directory, so neither the first record of a key nor the last is the best by
 itself. A publish writes its record when the team holds none of the key (or only a corrupt file); otherwise:
 
@@ -193,7 +199,7 @@ def team_store(cfg: "KforgeConfig") -> TeamStore | None:
 def publish_found(record: KernelRecord, cfg: "KforgeConfig") -> Published | None:
     """Publish a record this machine's search just stored to the configured team store (None: there is none, or it
     cannot be written: warned once, counted, never raised)."""
-    if not cfg.team_store:
+    if not cfg.team_store or record.decision != "kernel":  # Note [what a publish replaces]: winners only
         return None
     team = TeamStore(cfg.team_store)  # not team_store(cfg): a missing directory is warned about (and counted) below
     try:
