@@ -157,6 +157,8 @@ def prewarm(model_spec: Optional[str] = typer.Argument(None, help="FILE.py[::SET
         found = _prewarm_cards(model_spec, queued, cfg)
     if queued:
         console.print(f"{len(found.cards)} signatures queued by compiles in {MissQueue(cfg.cache_dir).directory}")
+        if not found.cards:
+            return
     else:
         console.print(f"{model_spec}: {found.ops_seen} ATen ops, {found.candidates} candidate nodes, "
                       f"{len(found.cards)} distinct signatures")
@@ -216,9 +218,10 @@ def _prewarm_cards(model_spec: str | None, queued: bool, cfg):
     """The cards prewarm searches: a model's, or the queued misses' (one of the two)."""
     from .inspect_model import model_cards, queued_cards
 
-    if queued == (model_spec is not None):
-        raise BadOption("kforge prewarm takes a MODEL_SPEC, or --queued for the misses compiles queued, not "
-                        + ("both" if queued else "neither"))
+    if queued and model_spec is not None:
+        raise BadOption("kforge prewarm takes a MODEL_SPEC or --queued, not both")
+    if not queued and model_spec is None:
+        raise BadOption("kforge prewarm needs a MODEL_SPEC, or --queued to search the misses compiles queued")
     if queued:
         return queued_cards(cfg.cache_dir)
     return model_cards(model_spec, families=cfg.families, inner=cfg.inner)

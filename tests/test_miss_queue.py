@@ -196,10 +196,17 @@ def test_prewarm_queued_lists_the_queue_and_needs_a_gpu_to_search(tmp_path):
     assert q.keys(), "nothing searched, nothing taken off the queue"
 
 
-@pytest.mark.parametrize("args, needle", [([], "neither"), (["examples/quickstart.py", "--queued"], "both")])
+@pytest.mark.parametrize("args, needle", [([], "needs a MODEL_SPEC, or --queued"),
+                                          (["examples/quickstart.py", "--queued"], "not both")])
 def test_prewarm_wants_a_model_or_the_queue(args, needle, tmp_path):
     r = CliRunner().invoke(app, ["prewarm", *args, "--cache-dir", str(tmp_path)])
-    assert r.exit_code == 1 and needle in r.output and "--queued" in r.output
+    assert r.exit_code == 1 and needle in r.output
+
+
+def test_prewarm_of_an_empty_queue_says_so(tmp_path):
+    r = CliRunner().invoke(app, ["prewarm", "--queued", "--cache-dir", str(tmp_path)])
+    assert r.exit_code == 0 and "0 signatures queued by compiles" in r.output
+    assert "operator signatures" not in r.output and "GPU" not in r.output, "no empty table, no GPU talk"
 
 
 def test_cache_queue_lists_and_clears(tmp_path):
