@@ -265,14 +265,14 @@ def verify_cmd(cache_dir: CacheDir = None, shipped: Shipped = False, team: Team 
                                                               "GPU; passing records become trusted.")] = False
                ) -> None:
     """Check the integrity of every entry (with --team and --shipped, of those tiers too); with --gpu, re-verify
-    the local and shipped kernels on this GPU."""
+    their kernels on this GPU (a team or shipped kernel that passes becomes a trusted local copy)."""
     with kforge_errors():
         store = _store(cache_dir)
         console = console_for()
         shipped_store = ShippedStore() if shipped else None
         tiers: list[tuple[str, Path, Any]] = [("local", store.root, store)]
-        if team or team_dir is not None:
-            team_store_ = _team(team_dir)
+        team_store_ = _team(team_dir) if team or team_dir is not None else None
+        if team_store_ is not None:
             tiers.append(("team", team_store_.directory, team_store_))
         if shipped_store is not None:
             tiers.append(("shipped", shipped_store.directory, shipped_store))
@@ -283,7 +283,7 @@ def verify_cmd(cache_dir: CacheDir = None, shipped: Shipped = False, team: Team 
             console.print(f"{name} ({where}): {len(report.ok)} ok, {len(report.corrupt)} corrupt", markup=False)
             for key, why in report.corrupt.items():
                 console.print(f"  corrupt {key[:16]}: {why}", markup=False)
-        failed = _verify_gpu(console, store, shipped_store) if gpu else 0
+        failed = _verify_gpu(console, store, team_store_, shipped_store) if gpu else 0
         if corrupt or failed:
             raise typer.Exit(1)
 
@@ -294,8 +294,9 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def _verify_gpu(console: Console, store: LocalStore, shipped: ShippedStore | None) -> int:
-    """Re-verify every kernel record on this GPU; returns how many failed. Unavailable is not a failure."""
+def _verify_gpu(console: Console, store: LocalStore, *tiers: RecordReader | None) -> int:
+    """Re-verify every kernel record of ``store`` and then of ``tiers`` (the team's, the shipped ones: each key
+    once, in lookup order) on this GPU; returns how many failed. Unavailable is not a failure."""
     try:
         from .runtime.provider import reverify_records
     except ImportError as e:
@@ -304,9 +305,10 @@ def _verify_gpu(console: Console, store: LocalStore, shipped: ShippedStore | Non
     if not _cuda_available():
         console.print("GPU re-verification unavailable: no CUDA device", markup=False)
         return 0
-    records = [r for _, r in store.items() if r.decision == "kernel"]
-    if shipped is not None:
-        records += [r for k, r in shipped.items() if r.decision == "kernel" and k not in store]
+    records, seen = [r for _, r in store.items() if r.decision == "kernel"], set(store.keys())
+    for tier in filter(None, tiers):
+        records += [r for k, r in tier.items() if r.decision == "kernel" and k not in seen]
+        seen.update(tier.keys())
     failed = other = 0
     for rec, ok, message in reverify_records(records):
         if ok is None:  # made for another arch: nothing here can use it, so it is neither passed nor failed

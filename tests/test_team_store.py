@@ -540,3 +540,28 @@ def test_doctor_reports_the_team_store(tmp_path: Path, team: TeamStore, monkeypa
     monkeypatch.setattr(TeamStore, "check_writable", refuse)
     ro = doctor._team(KforgeConfig.load({"team_store": str(team.directory)}, env={}))
     assert not ro.ok and ro.warn and "Read-only" in ro.detail and "will not be published" in ro.detail
+
+
+def test_cli_verify_gpu_reverifies_the_team_kernels_too(cli_env, monkeypatch):
+    import sys
+    import types
+
+    import forge_backend.cli_cache as cli_cache
+
+    team = cli_env["team"]
+    only_team = make_record(512)
+    team.write(only_team)
+    team.write(timed(cli_env["mine"], 3.0))  # the local record of this key is the one re-verified
+    asked = []
+    fake = types.ModuleType("forge_backend.runtime.provider")
+    fake.reverify_records = lambda recs: ((asked.append((r.key, r.source)) or r, True, "verified") for r in recs)
+    monkeypatch.setitem(sys.modules, "forge_backend.runtime.provider", fake)
+    monkeypatch.setattr(cli_cache, "_cuda_available", lambda: True)
+    r = invoke("verify", "--cache-dir", cli_env["cache"], "--team-dir", str(team.directory), "--gpu")
+    assert r.exit_code == 0, r.output
+    assert sorted(asked) == sorted([(cli_env["mine"].key, "local"), (cli_env["imported"].key, "imported"),
+                                    (only_team.key, "team")])
+    assert "GPU re-verification: 3 passed, 0 failed" in r.output
+    copy = LocalStore(cli_env["cache"]).get(only_team.key)
+    assert copy.trusted and copy.source == "team"
+    assert not_publishable(copy), "a verified copy of a teammate's kernel is not published back"
