@@ -21,6 +21,7 @@ from forge_backend.cli import app
 from forge_backend.runtime.live_record import INTERRUPTED
 from forge_backend.search.records import SearchRecord
 from forge_backend.store.local import LocalStore
+from forge_backend.store.queue import MissQueue
 from forge_backend.ui import data
 from forge_backend.ui.server import UiServer, finite, host_name
 
@@ -203,6 +204,7 @@ def test_the_api_answers_with_the_records(served):
     r, body = get(server, "/api/searches")
     listing = json.loads(body)
     assert r.status == 200 and [s["key"] for s in listing["searches"]] == [key]
+    assert listing["queued"] == []
     assert listing["searches_dir"] == str(server.searches_dir)
     r, body = get(server, f"/api/searches/{key}")
     assert r.status == 200 and len(json.loads(body)["nodes"]) == len(rec.nodes)
@@ -219,6 +221,18 @@ def test_the_api_answers_with_the_records(served):
 def test_bad_requests_are_refused_with_a_message(served, path, status):
     r, body = get(served[0], path)
     assert r.status == status and json.loads(body)["error"]
+
+
+def test_the_list_carries_the_misses_queued_for_prewarm(served):
+    """Note [a miss kept for later] (store/queue.py): the searches still to come."""
+    from test_store import make_record
+
+    server, _, _ = served
+    card = make_record(64).card_obj()
+    MissQueue(server.cache_dir).add(card, "search='queue': kept for kforge prewarm --queued")
+    [q] = json.loads(get(server, "/api/searches")[1])["queued"]
+    assert q["key"] == card.key and q["processes"] == 1 and "search='queue'" in q["why"]
+    assert q["tensors"].startswith(card.inputs[0].spec.dtype)
 
 
 def test_a_diff_against_another_node(served):

@@ -59,6 +59,7 @@ async function refreshList() {
   state.now = body.now;
   $("cache").textContent = body.searches_dir;
   renderList();
+  renderQueue(body.queued || []);
   const live = state.list.filter((s) => s.state === "live").length;
   status(`${state.list.length} searches, ${live} live; updated ${new Date().toLocaleTimeString()}`);
 }
@@ -87,6 +88,21 @@ function renderList() {
       : `${its} iterations, ${s.failed} failed; ${best}; ${ago(s.updated_at)}`;
     li.appendChild(el("div", "sub", text));
     li.addEventListener("click", () => selectSearch(s.key));
+    ol.appendChild(li);
+  }
+}
+
+// The misses compiles queued: the searches still to come (kforge prewarm --queued).
+function renderQueue(queued) {
+  $("queue").hidden = queued.length === 0;
+  $("queue-title").textContent = `${queued.length} queued for kforge prewarm --queued`;
+  const ol = clear($("queue-list"));
+  for (const m of queued) {
+    const li = el("li");
+    li.appendChild(el("div", "op", m.op));
+    const seen = `missed by ${m.processes} process(es), ${ago(m.last_seen)}`;
+    li.appendChild(el("div", "sub", `${m.tensors} · ${m.arch} · ${seen}`));
+    li.appendChild(el("div", "sub", m.why));
     ol.appendChild(li);
   }
 }

@@ -2,7 +2,8 @@
 
 Routes, all GET (anything else is 405):
     /                                   the page (page.html, app.js, style.css: package data, no network needed)
-    /api/searches                       {"cache_dir", "searches_dir", "now", "searches": [Listing, ...]}
+    /api/searches                       {"cache_dir", "searches_dir", "now", "searches": [Listing, ...],
+                                         "queued": the misses queued for kforge prewarm --queued}
     /api/searches/KEY                   one search and its nodes, without sources
     /api/searches/KEY/nodes/N           one node whole: source, diff against its parent, plan, logs, reports
     /api/searches/KEY/nodes/N?against=M the same, its diff and changed params against node M
@@ -98,7 +99,7 @@ class UiServer(ThreadingHTTPServer):
     def api(self, path: str, query: str = "") -> Any:
         if path == "/api/searches":
             return {"cache_dir": str(self.cache_dir), "searches_dir": str(self.searches_dir), "now": time.time(),
-                    "searches": [e.to_json() for e in self.listings()]}
+                    "searches": [e.to_json() for e in self.listings()], "queued": data.queued(self.cache_dir)}
         if m := _NODE.match(path):
             against = _against(query)
             return self._read(lambda k: data.node_view(self.searches_dir, k, int(m.group(2)), against), m.group(1))
