@@ -26,6 +26,8 @@
 #   trace   benchmarks/trace_relay.py --case CASE [--params k=v,...] -> trace.json, trace.log (a relay's timeline)
 #   ncu     CASE [k=v,k=v]: Nsight Compute on one probe variant (benchmarks/profile_variant.py) -> ncu_<case>.txt
 #           (sections), .sass.csv (stall samples per SASS instruction), .ncu-rep
+#   ui      `kforge ui`'s JSON polled each second while a prewarm searches (benchmarks/ui_watch.py; extra arguments
+#           replace the prewarm's, default: examples/quickstart.py --iterations 12 --seconds-per-op 20) -> ui/
 # Extra arguments go to the benchmark; T=SECONDS bounds the stage (default 540) so stages can share one call. Results and logs are written under $OUT, which the device tool brings back;
 # copy them into benchmarks/results/h200/ and commit them. Each stage fits one 10-minute call.
 # On a 2-GPU machine two stages can share a call: run `setup` first, then each stage with its own
@@ -48,6 +50,11 @@ pack() {  # everything under $OUT into $OUT/results.tgz (the device tool brings 
 }
 case "$what" in
   setup)  ;;  # only the install above
+  ui)     # the live page over real searches: polls, final views and ui_watch.md under $OUT/ui
+    timeout ${T:-540} python3 benchmarks/ui_watch.py --out "$OUT/ui" -- python3 -m forge_backend prewarm \
+      "${@:-examples/quickstart.py}" $( [ $# -eq 0 ] && echo --iterations 12 --seconds-per-op 20 ) \
+      > "$OUT/ui_watch.log" 2>&1
+    tail -c 2500 "$OUT/ui_watch.log" | tr -cd '\11\12\15\40-\176' ;;
   tests)  # extra arguments choose test files (default: every GPU-marked test)
     TEST_ARTIFACTS_DIR=$OUT timeout ${T:-540} python3 -m pytest -q -p no:cacheprovider -m gpu -W ignore -rfs --durations=12 "${@:-tests}" > "$OUT/gpu_tests.log" 2>&1
     tail -c 2500 "$OUT/gpu_tests.log" | tr -cd '\11\12\15\40-\176' ;;
