@@ -5,7 +5,7 @@ importing the package also registers the backend by name.
 
 Layering (imports point downwards only):
     cli, cli_cache, cli_common    -> everything below
-    ui/ (data, server)            -> search.records, runtime.live_record, cards, store.record
+    ui/ (data, server)            -> search.records, runtime.live_record, cards, store.record, store.queue
     backend                       -> capture, rewrite, registry, config; runtime.provider (lazily)
     capture, rewrite              -> signature, cards, selection, registry
     runtime/ (nvrtc, launch, worker, provider) -> contract, verify, measure, store, search
