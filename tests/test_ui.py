@@ -276,6 +276,24 @@ def test_a_foreign_host_header_is_refused(served):
         assert get(server, "/api/searches", host=host)[0].status == 200
 
 
+@pytest.mark.skipif(not socket.has_ipv6, reason="no IPv6 here")
+def test_the_server_listens_on_ipv6_loopback(tmp_path):
+    try:
+        server = UiServer(tmp_path, "::1", 0)
+    except OSError as e:  # a kernel without IPv6 configured
+        pytest.skip(f"::1 cannot be bound here: {e}")
+    server.start()
+    try:
+        assert server.url.startswith("http://[::1]:") and server.check_host
+        conn = http.client.HTTPConnection("::1", server.server_address[1], timeout=10)
+        conn.request("GET", "/api/searches")
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_host_name_strips_the_port():
     assert host_name("LocalHost:8686") == "localhost"
     assert host_name("[::1]:80") == "::1"

@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import re
+import socket
 import threading
 import time
 from http import HTTPStatus
@@ -82,6 +83,8 @@ class UiServer(ThreadingHTTPServer):
         self.searches_dir = data.searches_dir(self.cache_dir)
         self.listings = data.Listings(self.searches_dir)
         self.check_host = host in LOOPBACK
+        if ":" in host:  # an IPv6 address such as ::1 or ::
+            self.address_family = socket.AF_INET6
         super().__init__((host, port), _Handler)
 
     @property
