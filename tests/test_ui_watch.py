@@ -17,7 +17,7 @@ PLAY = """
 import os, shutil, sys, time
 live, done, target = sys.argv[1:4]
 shutil.copy(live, target + ".tmp"); os.replace(target + ".tmp", target)
-time.sleep(0.8)
+time.sleep(1.5)  # polls every 0.1 s: the live record is seen even on a loaded machine
 shutil.copy(done, target + ".tmp"); os.replace(target + ".tmp", target)
 time.sleep(0.3)
 sys.exit(3)
