@@ -220,3 +220,13 @@ def test_cache_queue_lists_and_clears(tmp_path):
     assert r.exit_code == 0 and "removed 1 queued misses" in r.output and q.keys() == []
     r = CliRunner().invoke(app, ["cache", "queue", "--cache-dir", str(tmp_path)])
     assert "no queued misses" in r.output
+
+
+def test_doctor_says_how_many_misses_wait_in_the_queue(tmp_path):
+    from forge_backend import doctor
+
+    cfg = KforgeConfig.load({"cache_dir": str(tmp_path)}, env={})
+    assert "queued" not in doctor._cache(cfg).detail
+    MissQueue(tmp_path).add(card(), "x")
+    check = doctor._cache(cfg)
+    assert check.ok and "1 missed signatures queued" in check.detail and "kforge prewarm --queued" in check.detail
