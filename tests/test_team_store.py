@@ -565,3 +565,35 @@ def test_cli_verify_gpu_reverifies_the_team_kernels_too(cli_env, monkeypatch):
     copy = LocalStore(cli_env["cache"]).get(only_team.key)
     assert copy.trusted and copy.source == "team"
     assert not_publishable(copy), "a verified copy of a teammate's kernel is not published back"
+
+
+WRITER = """
+import sys
+from pathlib import Path
+from forge_backend.store import TeamStore
+from test_store import make_record
+team, n, salt = TeamStore(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+base = make_record(64)
+for i in range(n):  # a different record text each time: another kernel description and time
+    cand = dict(base.candidate, description=f"writer {salt}, round {i}: " + "x" * (i * 37 % 2000))
+    team.write(base.replace(candidate=cand, timings={**base.timings, "kforge_us": 1.0 + i}))
+"""
+
+
+def test_readers_never_see_half_a_file_while_machines_publish(team: TeamStore):
+    """Two processes rewrite one key's file as fast as they can while this one reads it: every read is a whole,
+    valid record (atomic_write: a temp file, then a rename), never a torn one."""
+    import subprocess
+    import sys as _sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
+    writers = [subprocess.Popen([_sys.executable, "-c", WRITER, str(team.directory), "150", str(i)], env=env)
+               for i in range(2)]
+    key, reads = make_record(64).key, 0
+    while any(w.poll() is None for w in writers):
+        rec = team.read(key)  # raises CorruptRecord on a torn file
+        reads += rec is not None
+    assert [w.wait() for w in writers] == [0, 0]
+    assert reads > 0 and team.read(key).candidate["description"].startswith("writer ")
+    assert [p.name for p in team.directory.iterdir()] == [f"{key}.json"], "no temp file left behind"
