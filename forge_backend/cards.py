@@ -140,6 +140,14 @@ class OperatorCard:
         return "\n".join(lines)
 
 
+def inputs_text(card: dict[str, Any], limit: int = 3) -> str:
+    """A card's inputs, from its JSON form, as ``dtype[shape]``, comma separated: the first ``limit``, then how
+    many more (`kforge ui`, `kforge cache queue`)."""
+    ins = card.get("inputs") or []
+    parts = [f"{t.get('dtype', '?')}{list(t.get('shape', []))}" for t in ins[:limit]]
+    return ", ".join(parts + ([f"+{len(ins) - limit} more"] if len(ins) > limit else []))
+
+
 def reference_call(sig: OpSignature) -> str:
     if sig.op == FUSED_OP:
         return aten_text(parse(sig.scalar_args()["expr"]))

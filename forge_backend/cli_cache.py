@@ -409,6 +409,7 @@ def _print_published(console: Console, team: TeamStore, records: list[KernelReco
 def queue_cmd(cache_dir: CacheDir = None,
               clear: Annotated[bool, typer.Option("--clear", help="Empty the queue.")] = False) -> None:
     """The misses compiles queued for `kforge prewarm --queued` (search='queue', or past their search budget)."""
+    from .cards import inputs_text
     from .config import KforgeConfig
     from .store.queue import MissQueue
 
@@ -426,8 +427,8 @@ def queue_cmd(cache_dir: CacheDir = None,
         for col in ("key", "op", "inputs", "arch", "processes", "last missed", "why not searched"):
             table.add_column(col, no_wrap=col != "why not searched")
         for m in misses:
-            ins = ", ".join(f"{t.get('dtype')}{list(t.get('shape', []))}" for t in m.card.get("inputs", [])[:2])
-            table.add_row(m.key[:12], str(m.card.get("op", "?")), ins, str(m.card.get("arch", "?")), str(m.misses),
+            table.add_row(m.key[:12], str(m.card.get("op", "?")), inputs_text(m.card, 2), str(m.card.get("arch", "?")),
+                          str(m.misses),
                           age(_dt.datetime.fromtimestamp(m.last_seen, _dt.timezone.utc).isoformat()), m.why)
         console.print(table)
         console.print(f"{len(misses)} signatures; search them with: kforge prewarm --queued", markup=False)

@@ -121,13 +121,13 @@ def plan(cards: list[OperatorCard], eager_us: dict[str, float], cfg: KforgeConfi
     from .store.team import team_store
 
     total = sum(eager_us[c.key] * c.occurrences for c in cards) or 1.0
-    remote = None if shipped is None else Tiers(team_store(cfg), shipped)  # a teammate's record before the bundle
+    remote = Tiers(team_store(cfg), shipped)  # a teammate's record before the bundle; either may be absent
     items = []
     for c in cards:
         share = eager_us[c.key] * c.occurrences / total
         c.baselines_us["eager"] = eager_us[c.key]
         c.time_share = share
-        found = None if force or remote is None else remote.get(c.key)
+        found = None if force else remote.get(c.key)
         if not force and store.get(c.key) is not None:
             status = "cached"
         elif found is not None:

@@ -11,7 +11,7 @@ from torch._dynamo.utils import counters
 from forge_backend import prewarm as pw
 from forge_backend.config import KforgeConfig
 from forge_backend.inspect_model import queued_cards
-from forge_backend.store.local import LocalStore
+from forge_backend.store.local import LocalStore, searches_dir
 from forge_backend.store.queue import MissQueue
 from forge_backend.ui import data
 
@@ -45,7 +45,7 @@ def test_a_queued_miss_is_searched_by_a_prewarm_and_serves_the_next_compile(tmp_
     assert results and all(store.get(r.card.key) is not None for r in results if r.status == "search")
     assert sorted(queue.prune(store)) == sorted(r.card.key for r in results)
     for r in results:  # the tree kforge ui shows, finished
-        view = data.search_view(data.searches_dir(cache), r.card.key)
+        view = data.search_view(searches_dir(cache), r.card.key)
         assert view["listing"]["state"] == "finished" and len(view["nodes"]) > 1
 
     torch._dynamo.reset()

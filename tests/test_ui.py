@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from forge_backend.cli import app
 from forge_backend.runtime.live_record import INTERRUPTED
 from forge_backend.search.records import SearchRecord
-from forge_backend.store.local import LocalStore
+from forge_backend.store.local import LocalStore, searches_dir
 from forge_backend.store.queue import MissQueue
 from forge_backend.ui import data
 from forge_backend.ui.server import UiServer, finite, host_name
@@ -52,7 +52,7 @@ def age(directory: Path, key: str, seconds: float) -> None:
 # ---- views --------------------------------------------------------------------------------------------------------
 
 def test_the_ui_reads_where_the_store_writes(tmp_path):
-    assert data.searches_dir(tmp_path) == LocalStore(tmp_path).searches_dir
+    assert searches_dir(tmp_path) == LocalStore(tmp_path).searches_dir
 
 
 def test_state_of_a_record():
@@ -74,7 +74,7 @@ def test_listing_puts_live_searches_first_and_shows_unreadable_files(tmp_path):
     age(tmp_path, k_live, 60)  # older than the finished one, and still first: it is live
     (tmp_path / ("c" * 64 + ".json")).write_text("{ not json")
     (tmp_path / "notes.json").write_text("{}")  # not a key: not a search record
-    entries = data.listing(tmp_path)
+    entries = data.Listings(tmp_path)()
     assert [e.key for e in entries][:1] == [k_live]
     assert {e.key: e.state for e in entries} == {k_live: "live", k_done: "finished", "c" * 64: "unreadable"}
     bad = next(e for e in entries if e.state == "unreadable")
@@ -109,7 +109,7 @@ def test_listings_parse_a_file_again_only_when_it_changed(tmp_path, monkeypatch)
 
 
 def test_listing_of_a_cache_without_searches_is_empty(tmp_path):
-    assert data.listing(tmp_path / "missing") == []
+    assert data.Listings(tmp_path / "missing")() == []
 
 
 def test_search_view_has_every_node_without_sources(tmp_path):
@@ -167,7 +167,7 @@ def test_node_view_of_a_node_the_record_lacks(tmp_path):
 
 @pytest.fixture
 def served(tmp_path):
-    directory = data.searches_dir(tmp_path)
+    directory = searches_dir(tmp_path)
     rec = finished_record()
     key = save(directory, rec)
     server = UiServer(tmp_path, "127.0.0.1", 0)
@@ -353,6 +353,6 @@ def test_ui_prints_its_address_and_stops_on_ctrl_c(tmp_path, monkeypatch):
     monkeypatch.setattr(UiServer, "serve_forever", interrupted)
     r = CliRunner().invoke(app, ["ui", "--cache-dir", str(tmp_path), "--port", "0"])
     assert r.exit_code == 0, r.output
-    assert "kforge ui: http://127.0.0.1:" in r.output and str(data.searches_dir(tmp_path)) in r.output
+    assert "kforge ui: http://127.0.0.1:" in r.output and str(searches_dir(tmp_path)) in r.output
     assert "stopped" in r.output
     assert not (tmp_path / "records").exists(), "the UI opened no store: it writes nothing to the cache"

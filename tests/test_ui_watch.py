@@ -11,7 +11,7 @@ from test_mcts import KnobTree, SimEvaluator, run
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import ui_watch  # noqa: E402
-from forge_backend.ui import data  # noqa: E402
+from forge_backend.store.local import searches_dir  # noqa: E402
 
 PLAY = """
 import os, shutil, sys, time
@@ -32,7 +32,7 @@ def test_the_watch_sees_a_search_go_from_live_to_finished(tmp_path):
     live = tmp_path / "live.json"
     live.write_text(json.dumps(rec.to_json()))
     cache = tmp_path / "cache"
-    target = data.searches_dir(cache) / f"{rec.key}.json"
+    target = searches_dir(cache) / f"{rec.key}.json"
     target.parent.mkdir(parents=True)
     out = tmp_path / "out"
     status = ui_watch.main(["--out", str(out), "--cache-dir", str(cache), "--every", "0.1", "--",

@@ -133,13 +133,18 @@ class RecordReader:
         return report
 
 
+def searches_dir(cache_dir: str | os.PathLike[str]) -> Path:
+    """Where a cache directory keeps its search records; `kforge ui` reads them there without opening the store."""
+    return Path(cache_dir).expanduser() / "searches"
+
+
 class LocalStore(RecordReader):
     """KernelRecords by signature key in ``cache_dir/records``; search records in ``cache_dir/searches``."""
 
     def __init__(self, cache_dir: str | os.PathLike[str]) -> None:
         self.root = Path(cache_dir).expanduser()
         self.records_dir = self.root / "records"
-        self.searches_dir = self.root / "searches"
+        self.searches_dir = searches_dir(self.root)
         # eviction "none": records are verified results that cost minutes of GPU time; never cull them silently.
         self._cache = diskcache.Cache(str(self.records_dir), disk=_TextOnlyDisk, eviction_policy="none")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..cards import OperatorCard
+from ..cards import OperatorCard, inputs_text
 from ..runtime.live_record import INTERRUPTED
 from ..search.records import CorruptRecord, SearchRecord
 from ..store.queue import MissQueue
@@ -71,19 +71,6 @@ def _state(finished_at: float | None, stop_reason: str, mtime: float, now: float
     return "live"
 
 
-def tensors_text(card: dict[str, Any]) -> str:
-    """The card's inputs as ``dtype[shape]``, comma separated (the first three, then how many more)."""
-    ins = card.get("inputs") or []
-    parts = [f"{t.get('dtype', '?')}{list(t.get('shape', []))}" for t in ins[:3]]
-    return ", ".join(parts + ([f"+{len(ins) - 3} more"] if len(ins) > 3 else []))
-
-
-def searches_dir(cache_dir: str | Path) -> Path:
-    """Where a cache directory keeps its search records (LocalStore.searches_dir, without opening the store, which
-    would create its database: the UI writes nothing)."""
-    return Path(cache_dir).expanduser() / "searches"
-
-
 def load(directory: Path, key: str) -> tuple[SearchRecord, float]:
     """The record of ``key`` in ``directory`` and its file's mtime. FileNotFoundError when there is none;
     CorruptRecord when its file does not read back."""
@@ -133,16 +120,11 @@ class Listings:
         return _listing(record, key, mtime, mtime)
 
 
-def listing(directory: Path, now: float | None = None) -> list[Listing]:
-    """Every search record in ``directory`` (:class:`Listings`, read once)."""
-    return Listings(directory)(now)
-
-
 def _listing(record: SearchRecord, key: str, mtime: float, now: float) -> Listing:
     s = record.summary()
     done = record.finished_at is not None
     started = record.started_at or (record.nodes[0].created_at if record.nodes else 0.0)  # 0 until run() starts
-    return Listing(key, search_state(record, mtime, now), mtime, record.op, tensors_text(record.card),
+    return Listing(key, search_state(record, mtime, now), mtime, record.op, inputs_text(record.card),
                    record.decision if done else "", record.reason, record.stop_reason, record.iterations,
                    record.config.get("iterations"), s["ok"], sum(s["failed"].values()), s["best_speedup"],
                    s["best_pct_roofline"], started, record.finished_at)
@@ -246,11 +228,6 @@ def _why(record: SearchRecord, node_id: int) -> str:
 def queued(cache_dir: str | Path) -> list[dict[str, Any]]:
     """The misses compiles queued for ``kforge prewarm --queued`` (Note [a miss kept for later] in store/queue.py),
     the most often missed first: the searches still to come."""
-    return [{"key": m.key, "op": m.card.get("op", ""), "tensors": tensors_text(m.card), "arch": m.card.get("arch"),
+    return [{"key": m.key, "op": m.card.get("op", ""), "tensors": inputs_text(m.card), "arch": m.card.get("arch"),
              "processes": m.misses, "last_seen": m.last_seen, "why": m.why}
             for m in MissQueue(cache_dir).misses()]
-
-
-def read_key(value: str) -> str | None:
-    """``value`` if it is a signature key, else None (so a request names no file outside the cache)."""
-    return value if is_key(value) else None

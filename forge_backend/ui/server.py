@@ -34,6 +34,8 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from ..search.records import CorruptRecord
+from ..store.local import searches_dir
+from ..store.record import is_key
 from . import data
 
 log = logging.getLogger("kforge")
@@ -80,7 +82,7 @@ class UiServer(ThreadingHTTPServer):
 
     def __init__(self, cache_dir: str | Path, host: str = "127.0.0.1", port: int = 8686) -> None:
         self.cache_dir = Path(cache_dir).expanduser()
-        self.searches_dir = data.searches_dir(self.cache_dir)
+        self.searches_dir = searches_dir(self.cache_dir)
         self.listings = data.Listings(self.searches_dir)
         self.check_host = host in LOOPBACK
         if ":" in host:  # an IPv6 address such as ::1 or ::
@@ -111,7 +113,7 @@ class UiServer(ThreadingHTTPServer):
         raise ApiError(HTTPStatus.NOT_FOUND, f"no such page: {path}")
 
     def _read(self, view: Any, key: str) -> Any:
-        if data.read_key(key) is None:
+        if not is_key(key):  # a key names a file: nothing else may
             raise ApiError(HTTPStatus.BAD_REQUEST, f"{key[:80]!r} is not a signature key (64 lowercase hex digits)")
         try:
             return view(key)
