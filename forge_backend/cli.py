@@ -2,22 +2,20 @@
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from . import __version__
-from .cli_common import kforge_errors
+from .cli_common import console_for, kforge_errors
 from .errors import BadOption
 
 app = typer.Typer(help="kforge: faster CUDA kernels per operator signature for torch.compile.",
                   no_args_is_help=True, add_completion=False)
-# Wide tables when piped (CI logs, the device machine): rich would otherwise wrap at 80 columns.
-console = Console(width=None if sys.stdout.isatty() else 160)
+console = console_for()
 
 
 def _version(value: bool) -> None:
@@ -55,8 +53,8 @@ def doctor(check_llm: bool = typer.Option(True, "--llm/--no-llm", help="Also tes
     table.add_column("status")
     table.add_column("detail / what to do")
     for check in run_checks(check_llm=check_llm):
-        table.add_row(check.name, "[green]ok[/]" if check.ok else ("[yellow]warn[/]" if check.warn else "[red]no[/]"),
-                      check.detail)
+        status = Text("ok", "green") if check.ok else (Text("warn", "yellow") if check.warn else Text("no", "red"))
+        table.add_row(check.name, status, check.detail)
     console.print(table)
 
 
@@ -74,7 +72,7 @@ def cards(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] with ge
         found = model_cards(model_spec, families=tuple(f for f in families.split(",") if f))
         bw = found.bandwidth_gbps
         for card in found.cards:
-            console.rule(f"[bold]{card.op}[/] x{card.occurrences}")
+            console.rule(Text(f"{card.op} x{card.occurrences}", "bold"))
             console.print(card.render(bw))
         console.print(f"\n{len(found.cards)} distinct signatures, {found.candidates} candidate nodes, "
                       f"{found.ops_seen} ATen ops; floors at {bw:.0f} GB/s ({found.bandwidth_source})")
@@ -99,7 +97,7 @@ def ui(cache_dir: Optional[Path] = typer.Option(None, help="Cache directory (def
         server = _ui_server(UiServer, directory, host, port)
     console.print(f"kforge ui: {server.url}  (search records in {server.searches_dir}; Ctrl-C stops)")
     if host not in LOOPBACK:
-        console.print(f"[yellow]Listening on {host}: anyone who can reach this machine can read the page.[/]")
+        console.print(f"Listening on {host}: anyone who can reach this machine can read the page.", style="yellow")
     if open_browser:
         import webbrowser
 
@@ -164,8 +162,8 @@ def prewarm(model_spec: Optional[str] = typer.Argument(None, help="FILE.py[::SET
                       f"{len(found.cards)} distinct signatures")
     _print_cards_table(found.cards, found.bandwidth_gbps)
     if not torch.cuda.is_available():
-        console.print("[yellow]No CUDA GPU here: kforge can list the cards (`kforge cards`), but searching needs a "
-                      "GPU. Nothing was searched.[/]")
+        console.print("No CUDA GPU here: kforge can list the cards (`kforge cards`), but searching needs a GPU. "
+                      "Nothing was searched.", style="yellow")
         return
     from .signature import arch_of
 
@@ -188,7 +186,8 @@ def prewarm(model_spec: Optional[str] = typer.Argument(None, help="FILE.py[::SET
     if todo:
         console.print(f"Watch the searches as they run: kforge ui --cache-dir {cfg.cache_dir}")
     results = {i.card.key: pw.cached_result(i, store) for i in items if i.status == "cached"}
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                  TextColumn("{task.fields[status]}", markup=False),
                   TimeElapsedColumn(), console=console) as bar:
         tasks = {i.card.key: bar.add_task(_label(i.card), total=iterations, status="queued") for i in todo}
 
@@ -206,8 +205,8 @@ def prewarm(model_spec: Optional[str] = typer.Argument(None, help="FILE.py[::SET
         try:
             pw.run(items, cfg, iterations, seconds_per_op, n_gpus, on_progress, on_done)
         except KeyboardInterrupt:
-            console.print("[yellow]Interrupted: finished searches are kept, and the trees of the interrupted ones "
-                          "(kforge ui); rerun to continue.[/]")
+            console.print("Interrupted: finished searches are kept, and the trees of the interrupted ones (kforge ui); "
+                          "rerun to continue.", style="yellow")
     _print_prewarm_table([results.get(i.card.key) or pw.PrewarmResult(i.card, i.share, i.status) for i in items])
     resolved = MissQueue(cfg.cache_dir).prune(store)  # Note [a miss kept for later] in store/queue.py
     if resolved:

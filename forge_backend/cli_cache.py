@@ -14,9 +14,11 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import track
 from rich.syntax import Syntax
 from rich.table import Table
+from rich.text import Text
 
 from .cli_common import console_for, kforge_errors
 from .errors import KforgeError
@@ -153,7 +155,7 @@ def ls_cmd(cache_dir: CacheDir = None, shipped: Shipped = False, team: Team = Fa
         console = console_for()
         where = " + ".join([str(store.root)] + [str(t.directory) for t in tiers])
         if not rows:
-            console.print(f"no records in {where}", markup=False)
+            console.print(f"no records in {where}")
             return
         table = Table(title=f"kforge cache: {where}", title_justify="left")
         numeric = ("speedup", "x Inductor op", "%bw", "age")
@@ -161,7 +163,7 @@ def ls_cmd(cache_dir: CacheDir = None, shipped: Shipped = False, team: Team = Fa
             table.add_column(col, no_wrap=True, justify="right" if col in numeric else "left")
         for key, rec, reason in rows:
             if rec is None:
-                table.add_row(key[:16], "-", "-", "-", "[red]CORRUPT[/red]", "-", "-", "-", "-", "-", "-")
+                table.add_row(key[:16], "-", "-", "-", Text("CORRUPT", "red"), "-", "-", "-", "-", "-", "-")
                 continue
             t, p = rec.timings, rec.provenance
             table.add_row(key[:16], rec.signature.get("op", "?"), _shape(rec), str(_first_input(rec).get("dtype", "-")),
@@ -219,26 +221,26 @@ def _describer(tiers: list[RecordReader]) -> Callable[[str], str]:
 def _show(console: Console, rec: KernelRecord, store: LocalStore) -> None:
     console.rule(f"{rec.key}")
     console.print(f"decision: {rec.decision}   source: {rec.source}   trusted: {rec.trusted}")
-    console.print(rec.card_obj().render(rec.timings.get("bandwidth_gbps") or None), markup=False)
+    console.print(rec.card_obj().render(rec.timings.get("bandwidth_gbps") or None))
     cand = rec.candidate_obj()
     if cand is not None:
         console.rule("kernel")
         if cand.description:
-            console.print(cand.description, markup=False)
+            console.print(cand.description)
         console.print(Syntax(cand.source, "cuda", line_numbers=True, word_wrap=False))
         console.rule("launch plan")
         plan = cand.plan_json()
         lines = ["launches:"] + [f"  {json.dumps(launch)}" for launch in plan["launches"]]
         lines += [f"scratch: {json.dumps(plan['scratch'])}", f"requires_align: {plan['requires_align']}"]
-        console.print("\n".join(lines), markup=False)
+        console.print("\n".join(lines))
         if cand.params:
-            console.print("params: " + ", ".join(f"{k}={v}" for k, v in cand.params), markup=False)
+            console.print("params: " + ", ".join(f"{k}={v}" for k, v in cand.params))
     for title, d in (("timings", rec.timings), ("verification", rec.verification), ("provenance", rec.provenance)):
         console.rule(title)
         for k, v in sorted(d.items()):
-            console.print(f"{k:>18}: {v}", markup=False)
+            console.print(f"{k:>18}: {v}")
     if rec.key in store.searches():
-        console.print(f"search record: {store.searches_dir / (rec.key + '.json')}", markup=False)
+        console.print(f"search record: {store.searches_dir / (rec.key + '.json')}")
 
 
 @cache_app.command("clear")
@@ -280,9 +282,9 @@ def verify_cmd(cache_dir: CacheDir = None, shipped: Shipped = False, team: Team 
         for name, where, tier in tiers:
             report = tier.check()
             corrupt += len(report.corrupt)
-            console.print(f"{name} ({where}): {len(report.ok)} ok, {len(report.corrupt)} corrupt", markup=False)
+            console.print(f"{name} ({where}): {len(report.ok)} ok, {len(report.corrupt)} corrupt")
             for key, why in report.corrupt.items():
-                console.print(f"  corrupt {key[:16]}: {why}", markup=False)
+                console.print(f"  corrupt {key[:16]}: {why}")
         failed = _verify_gpu(console, store, team_store_, shipped_store) if gpu else 0
         if corrupt or failed:
             raise typer.Exit(1)
@@ -300,10 +302,10 @@ def _verify_gpu(console: Console, store: LocalStore, *tiers: RecordReader | None
     try:
         from .runtime.provider import reverify_records
     except ImportError as e:
-        console.print(f"GPU re-verification unavailable: {e}", markup=False)
+        console.print(f"GPU re-verification unavailable: {e}")
         return 0
     if not _cuda_available():
-        console.print("GPU re-verification unavailable: no CUDA device", markup=False)
+        console.print("GPU re-verification unavailable: no CUDA device")
         return 0
     records, seen = [r for _, r in store.items() if r.decision == "kernel"], set(store.keys())
     for tier in filter(None, tiers):
@@ -313,14 +315,13 @@ def _verify_gpu(console: Console, store: LocalStore, *tiers: RecordReader | None
     for rec, ok, message in reverify_records(records):
         if ok is None:  # made for another arch: nothing here can use it, so it is neither passed nor failed
             other += 1
-            console.print(f"  skip {rec.key[:16]} {rec.signature.get('op')}: {message}", markup=False)
+            console.print(f"  skip {rec.key[:16]} {rec.signature.get('op')}: {message}")
             continue
         store.put(rec.replace(trusted=ok))  # a shipped record that passes becomes a trusted local copy
         failed += not ok
-        console.print(f"  {'ok  ' if ok else 'FAIL'} {rec.key[:16]} {rec.signature.get('op')}: {message}",
-                      markup=False)
+        console.print(f"  {'ok  ' if ok else 'FAIL'} {rec.key[:16]} {rec.signature.get('op')}: {message}")
     console.print(f"GPU re-verification: {len(records) - failed - other} passed, {failed} failed"
-                  + (f", {other} for another GPU arch skipped" if other else ""), markup=False)
+                  + (f", {other} for another GPU arch skipped" if other else ""))
     return failed
 
 
@@ -338,7 +339,7 @@ def export_cmd(directory: Annotated[Path, typer.Argument(help="Bundle directory 
             keys = [resolve_key(k, known) for k in key]
         index = store.export_bundle(keys, directory)
         n = len(json.loads(index.read_text())["records"])
-        console_for().print(f"exported {n} records to {directory}", markup=False)
+        console_for().print(f"exported {n} records to {directory}")
 
 
 @cache_app.command("import")
@@ -354,9 +355,9 @@ def import_cmd(directory: Annotated[Path, typer.Argument(help="Bundle directory 
         report = store.import_bundle(directory, trust=trust, overwrite=overwrite)
         console = console_for()
         console.print(f"imported {len(report.imported)} records ({'trusted' if trust else 'untrusted'}), "
-                      f"skipped {len(report.skipped)} already stored, rejected {len(report.rejected)}", markup=False)
+                      f"skipped {len(report.skipped)} already stored, rejected {len(report.rejected)}")
         for name, why in report.rejected.items():
-            console.print(f"  rejected {name}: {why}", markup=False)
+            console.print(f"  rejected {name}: {why}")
         if report.rejected:
             raise typer.Exit(1)
 
@@ -376,7 +377,7 @@ def publish_cmd(keys: Annotated[Optional[list[str]], typer.Argument(
         target.check_writable()
         records = _to_publish(_store(cache_dir), keys)
         console = console_for()
-        done = [target.publish(rec) for rec in track(records, description=f"publishing to {target.directory}",
+        done = [target.publish(rec) for rec in track(records, description=escape(f"publishing to {target.directory}"),
                                                       console=console, transient=True, disable=len(records) < MANY)]
         _print_published(console, target, records, done)
 
@@ -398,11 +399,10 @@ def _to_publish(store: LocalStore, keys: list[str] | None) -> list[KernelRecord]
 
 def _print_published(console: Console, team: TeamStore, records: list[KernelRecord], done: list[Published]) -> None:
     written = sum(p.written for p in done)
-    console.print(f"published {written} of {len(done)} records to {team.directory}, skipped {len(done) - written}",
-                  markup=False)
+    console.print(f"published {written} of {len(done)} records to {team.directory}, skipped {len(done) - written}")
     for rec, p in zip(records, done):
         what = f"{rec.key[:16]} {rec.signature.get('op', '?')} {_shape(rec)} {rec.decision}"
-        console.print(f"  {'published' if p.written else 'skipped  '} {what}: {p.why}", markup=False)
+        console.print(f"  {'published' if p.written else 'skipped  '} {what}: {p.why}")
 
 
 @cache_app.command("queue")
@@ -417,11 +417,11 @@ def queue_cmd(cache_dir: CacheDir = None,
         queue = MissQueue(cache_dir or KforgeConfig.load().cache_dir)
         console = console_for()
         if clear:
-            console.print(f"removed {queue.clear()} queued misses from {queue.directory}", markup=False)
+            console.print(f"removed {queue.clear()} queued misses from {queue.directory}")
             return
         misses = queue.misses()
         if not misses:
-            console.print(f"no queued misses in {queue.directory}", markup=False)
+            console.print(f"no queued misses in {queue.directory}")
             return
         table = Table(title=f"queued misses: {queue.directory}", title_justify="left")
         for col in ("key", "op", "inputs", "arch", "processes", "last missed", "why not searched"):
@@ -431,4 +431,4 @@ def queue_cmd(cache_dir: CacheDir = None,
                           str(m.misses),
                           age(_dt.datetime.fromtimestamp(m.last_seen, _dt.timezone.utc).isoformat()), m.why)
         console.print(table)
-        console.print(f"{len(misses)} signatures; search them with: kforge prewarm --queued", markup=False)
+        console.print(f"{len(misses)} signatures; search them with: kforge prewarm --queued")

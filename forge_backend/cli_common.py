@@ -9,15 +9,21 @@ from typing import Iterator
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from .errors import KforgeError
 
 
 def console_for(stderr: bool = False) -> Console:
     """A console on stdout (or stderr) that wraps at the terminal's width, or at 160 columns when piped (CI logs, the
-    device machine), where rich would otherwise wrap at 80."""
+    device machine), where rich would otherwise wrap at 80.
+
+    It reads no markup: what kforge prints holds brackets of its own (``pip install kforge[nvrtc]``, a Note's name,
+    a path, an error from a model or a compiler) that rich would take for style tags and drop. Colour goes through
+    ``style=`` or :class:`rich.text.Text`."""
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=None if stream.isatty() else 160)
+    return Console(stderr=stderr, markup=False, highlight=False, soft_wrap=True,
+                   width=None if stream.isatty() else 160)
 
 
 @contextlib.contextmanager
@@ -36,5 +42,5 @@ def kforge_errors() -> Iterator[None]:
 
 
 def _fail(message: str, cause: BaseException) -> None:
-    console_for(stderr=True).print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    console_for(stderr=True).print(Text.assemble(("error:", "red"), f" {message}"))
     raise typer.Exit(1) from cause

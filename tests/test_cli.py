@@ -27,6 +27,18 @@ def test_doctor_reports_each_piece():
         assert name in out.output
 
 
+def test_doctor_prints_brackets_as_written(monkeypatch):
+    """Rich would read ``kforge[nvrtc]`` as a style tag and drop it: the install hint printed "pip install kforge"."""
+    from forge_backend.runtime import nvrtc
+
+    def missing(*args, **kwargs):
+        raise OSError("No such file: libnvrtc.so.13\n")
+    monkeypatch.setattr(nvrtc, "compile_source", missing)
+    out = runner.invoke(app, ["doctor", "--no-llm"])
+    assert out.exit_code == 0
+    assert "libnvrtc.so.13. Install" in out.output and "(pip install kforge[nvrtc])" in out.output, out.output
+
+
 @pytest.mark.parametrize("cap,sms,expect", [
     ((9, 0), 132, "132 SMs, torch CUDA"),
     ((9, 0), 132, "every template layout, blocks of up to 227 KB of shared memory"),
@@ -113,6 +125,7 @@ def test_a_file_spec_with_one_colon_says_how_to_name_a_variant():
     (["--seconds-per-op", "nan"], "kforge prewarm --seconds-per-op nan: must be > 0"),
     (["--gpus", "-1"], "kforge prewarm --gpus -1: must be >= 0"),
     (["--proposer", "bogus"], "kforge option proposer='bogus' is not valid"),
+    (["--proposer", "[red]x"], "kforge option proposer='[red]x' is not valid"),  # printed as given, not as markup
     (["--min-share", "2"], "kforge option min_share=2.0 must be in [0, 1)"),
 ])
 def test_prewarm_refuses_bad_flags_before_building_the_model(flags, message):
