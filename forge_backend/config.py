@@ -63,6 +63,7 @@ for ``fuse_pointwise``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,7 +154,9 @@ class KforgeConfig:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(options) - set(fields))
         if unknown:
-            raise BadOption(f"unknown kforge option(s) {unknown}; valid options: {', '.join(sorted(fields))}")
+            close = {name: difflib.get_close_matches(name, fields, n=1) for name in unknown}
+            hint = "".join(f" ({name}: did you mean {m[0]!r}?)" for name, m in close.items() if m)
+            raise BadOption(f"unknown kforge option(s) {unknown}{hint}; valid options: {', '.join(sorted(fields))}")
         values: dict[str, Any] = {}
         for name, f in fields.items():
             if name in options:

@@ -34,7 +34,8 @@ def test_families_parse():
     ({"search_iterations": 0}, "search_iterations=0 must be >= 1"),
     ({"margin": 2}, "margin=2.0 must be in [0, 1)"),
     ({"families": "attention"}, "families you can opt in: conv, matmul"),
-    ({"innr": "eager"}, "unknown kforge option(s) ['innr']; valid options:"),
+    ({"innr": "eager"}, "unknown kforge option(s) ['innr'] (innr: did you mean 'inner'?); valid options:"),
+    ({"zzz": 1}, "unknown kforge option(s) ['zzz']; valid options:"),
 ])
 def test_bad_options_name_the_option(options, needle):
     with pytest.raises(BadOption) as e:
