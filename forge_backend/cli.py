@@ -85,17 +85,24 @@ def cards(model_spec: str = typer.Argument(..., help="FILE.py[::SETTING] with ge
 def ui(cache_dir: Optional[Path] = typer.Option(None, help="Cache directory (default: KFORGE_CACHE_DIR)."),
        host: str = typer.Option("127.0.0.1", help="Address to listen on; 0.0.0.0 shows the page to your network."),
        port: int = typer.Option(8686, help="Port to listen on (0: any free port)."),
-       open_browser: bool = typer.Option(False, "--open", help="Open the page in a browser.")) -> None:
-    """A local web page of the searches: live ones as they run, each tree, each candidate's code, diff and failure."""
+       open_browser: bool = typer.Option(False, "--open", help="Open the page in a browser."),
+       team_dir: Optional[Path] = typer.Option(
+           None, "--team-dir", show_default=False, help="The team store's directory (default: KFORGE_TEAM_STORE).")
+       ) -> None:
+    """A local web page of the searches (live ones as they run, each tree, each candidate's code, diff and failure)
+    and of the kernels a compile here can use (local, team, shipped)."""
     from .config import KforgeConfig
     from .ui.server import LOOPBACK, UiServer
 
     with kforge_errors():  # a bad port, a port in use: one line
         if not 0 <= port <= 65535:
             raise BadOption(f"--port must be 0..65535, got {port}")
-        directory = cache_dir or KforgeConfig.load().cache_dir
-        server = _ui_server(UiServer, directory, host, port)
-    console.print(f"kforge ui: {server.url}  (search records in {server.searches_dir}; Ctrl-C stops)")
+        cfg = KforgeConfig.load()
+        directory = cache_dir or cfg.cache_dir
+        team = team_dir or cfg.team_store or None
+        server = _ui_server(UiServer, directory, host, port, team)
+    console.print(f"kforge ui: {server.url}  (search records in {server.searches_dir}"
+                  f"{f'; team store {team}' if team else ''}; Ctrl-C stops)")
     if host not in LOOPBACK:
         console.print(f"Listening on {host}: anyone who can reach this machine can read the page.", style="yellow")
     if open_browser:
@@ -110,11 +117,11 @@ def ui(cache_dir: Optional[Path] = typer.Option(None, help="Cache directory (def
         server.server_close()
 
 
-def _ui_server(factory, directory: Path, host: str, port: int):
+def _ui_server(factory, directory: Path, host: str, port: int, team: Path | str | None = None):
     import errno
 
     try:
-        return factory(directory, host, port)
+        return factory(directory, host, port, team_dir=team)
     except OSError as e:
         if e.errno == errno.EADDRINUSE:
             raise BadOption(f"port {port} on {host} is in use: pass another --port, or --port 0 for a free one") from e

@@ -77,8 +77,8 @@ def _nvrtc() -> Check:
         compile_source('extern "C" __global__ void kforge_doctor(float* x) { x[threadIdx.x] = 1.f; }', "sm_90")
         return Check("NVRTC", True, f"NVRTC {nvrtc_version()} compiles for sm_90; headers in {include_dir()}")
     except (KforgeError, ImportError, OSError, RuntimeError) as e:
-        return Check("NVRTC", False, f"{str(e).strip()}. Install cuda-bindings and nvidia-cuda-nvrtc (pip install kforge[nvrtc]) "
-                                     "and the CUDA headers (CUDA_HOME)")
+        return Check("NVRTC", False, f"{str(e).strip()}. Install cuda-bindings and nvidia-cuda-nvrtc (pip install "
+                                     "kforge[nvrtc]) and the CUDA headers (CUDA_HOME)")
 
 
 def _nvcc() -> Check:

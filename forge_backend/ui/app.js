@@ -4,7 +4,8 @@
 "use strict";
 
 const POLL_MS = 2000;
-const state = { list: [], key: null, search: null, node: null, nodeId: null, tab: null, now: 0 };
+const state = { list: [], key: null, search: null, node: null, nodeId: null, tab: null, now: 0, view: "searches" };
+const kstate = { body: null, tier: null, key: null, record: null, tab: null };
 
 function el(tag, cls, text) {
   const e = document.createElement(tag);
@@ -294,9 +295,158 @@ function diffChoices(nav, n) {
   }
 }
 
+// ---- the kernels a compile here can use: local, team, shipped ----------------------------------------------------
+
+function showView(view) {
+  state.view = view;
+  const searches = view === "searches";
+  $("searches").hidden = !searches;
+  $("search").hidden = !searches || !state.key;
+  $("node").hidden = !searches || state.nodeId === null;
+  $("kernels").hidden = view !== "kernels";
+  $("kernel").hidden = view !== "kernels" || !kstate.key;
+  $("show-searches").className = view === "searches" ? "active" : "";
+  $("show-kernels").className = view === "kernels" ? "active" : "";
+}
+
+async function openKernels(tier, key) {
+  showView("kernels");
+  location.hash = tier && key ? `kernels/${tier}/${key}` : "kernels";
+  await refreshKernels();
+  if (tier && key) await selectKernel(tier, key);
+}
+
+async function refreshKernels() {
+  try {
+    kstate.body = await getJSON("/api/kernels");
+  } catch (e) {
+    status(`cannot read the kernels: ${e.message}`, true);
+    return;
+  }
+  const tiers = clear($("tiers"));
+  for (const t of kstate.body.tiers) {
+    const text = t.readable
+      ? `${t.name}: ${t.records} records${t.corrupt ? `, ${t.corrupt} corrupt` : ""} (${t.where})`
+      : `${t.name}: ${t.problem}`;
+    tiers.appendChild(el("li", t.readable ? "" : "sub", text));
+  }
+  renderKernelList();
+  const n = kstate.body.kernels.length;
+  const readable = kstate.body.tiers.filter((t) => t.readable).length;
+  status(`${n} records in ${readable} tiers; read ${new Date().toLocaleTimeString()}`);
+}
+
+function kernelText(k) {
+  return [k.op, k.tensors, k.tier, k.decision, k.gpu, k.proposer, k.source, k.key, k.corrupt].join(" ").toLowerCase();
+}
+
+function renderKernelList() {
+  const ol = clear($("kernel-list"));
+  const q = $("kfilter").value.trim().toLowerCase();
+  for (const k of kstate.body.kernels) {
+    if (q && !kernelText(k).includes(q)) continue;
+    const selected = k.tier === kstate.tier && k.key === kstate.key;
+    const li = el("li", `${selected ? "selected" : ""}${k.answers || k.corrupt ? "" : " shadowed"}`);
+    const head = el("div");
+    head.appendChild(el("span", `badge ${k.tier}`, k.tier));
+    head.appendChild(el("span", `badge ${k.corrupt ? "corrupt" : k.decision}`, k.corrupt ? "corrupt" : k.decision));
+    head.appendChild(el("span", "op", k.op || k.key.slice(0, 16)));
+    li.appendChild(head);
+    li.appendChild(el("div", "sub", k.corrupt ? k.corrupt : k.tensors));
+    if (!k.corrupt) {
+      const inductor = k.speedup_vs_inductor ? `, ${num(k.speedup_vs_inductor, 2)}x Inductor's op` : "";
+      const speed = k.decision === "kernel"
+        ? `${num(k.speedup_vs_eager, 2)}x eager${inductor}, ${num(k.pct_bw, 0)}% bw` : "PyTorch kept";
+      const where = [k.gpu, k.trusted ? "" : "untrusted", k.answers ? "" : "not used: another tier answers"];
+      li.appendChild(el("div", "sub", [speed, ...where].filter((x) => x).join(" · ")));
+    }
+    li.addEventListener("click", () => openKernels(k.tier, k.key));
+    ol.appendChild(li);
+  }
+}
+
+async function selectKernel(tier, key) {
+  kstate.tier = tier;
+  kstate.key = key;
+  renderKernelList();
+  $("kernel").hidden = false;
+  let rec;
+  try {
+    rec = await getJSON(`/api/kernels/${tier}/${key}`);
+  } catch (e) {
+    $("kernel-title").textContent = `${tier} ${key}`;
+    $("kernel-why").textContent = e.message;
+    $("kernel-why").className = "error";
+    clear($("kernel-facts"));
+    clear($("ktabs"));
+    clear($("ktab-body"));
+    return;
+  }
+  kstate.record = rec;
+  renderKernel(rec);
+}
+
+function kernelWhy(rec) {
+  const r = rec.row;
+  if (rec.answers === r.tier) {
+    const what = r.decision === "kernel" ? "this kernel" : "PyTorch's own op (this record says nothing beat it)";
+    const check = r.trusted ? "" : "; it is untrusted, so it is re-verified on this GPU before its first use";
+    return `A compile here gets ${what}${check}.`;
+  }
+  if (!rec.answers) return "Not used here: no tier holds a valid record of this key.";
+  return `Not used here: the ${rec.answers} tier's record of this key answers first (local, then team, then shipped).`;
+}
+
+function renderKernel(rec) {
+  const r = rec.row;
+  $("kernel-title").textContent = `${r.op}  ${r.tensors}`;
+  $("kernel-why").className = "";
+  $("kernel-why").textContent = kernelWhy(rec);
+  const t = rec.timings;
+  const others = rec.in_tiers.filter((x) => x !== r.tier);
+  const time = `${us(r.kforge_us)} against eager's ${us(r.eager_us)}: ${num(r.speedup_vs_eager, 2)}x, `
+    + `${num(r.pct_bw, 1)}% of the copy bandwidth`;
+  const floor = `${us(t.floor_us)}${t.bandwidth_gbps ? ` at ${num(t.bandwidth_gbps, 0)} GB/s` : ""}`;
+  facts($("kernel-facts"), [
+    ["tier", r.tier + (others.length ? ` (also in: ${others.join(", ")})` : "")],
+    ["decision", r.decision + (rec.description ? `: ${rec.description}` : "")],
+    ["time", r.kforge_us === null ? "" : time],
+    ["vs Inductor's op", r.speedup_vs_inductor ? `${num(r.speedup_vs_inductor, 2)}x (its ${us(t.inductor_us)})` : ""],
+    ["roofline floor", t.floor_us ? floor : ""],
+    ["measured on", [r.gpu, rec.provenance.hostname].filter((x) => x).join(" · ")],
+    ["found by", [r.proposer, r.source, r.trusted ? "trusted" : "untrusted"].filter((x) => x).join(" · ")],
+    ["created", r.created_at],
+    ["key", r.key],
+  ]);
+  const tabs = {
+    "source": () => rec.source || "(no kernel: PyTorch's op is kept)",
+    "launch plan": () => JSON.stringify(rec.plan, null, 1),
+    "params": () => JSON.stringify(rec.params, null, 1),
+    "operator card": () => rec.card_text,
+    "verification": () => JSON.stringify(rec.verification, null, 1),
+    "timings": () => JSON.stringify(rec.timings, null, 1),
+    "provenance": () => JSON.stringify(rec.provenance, null, 1),
+    "signature": () => JSON.stringify(rec.signature, null, 1),
+  };
+  if (!kstate.tab || !(kstate.tab in tabs)) kstate.tab = rec.source ? "source" : "operator card";
+  const nav = clear($("ktabs"));
+  for (const name of Object.keys(tabs)) {
+    const b = el("button", name === kstate.tab ? "active" : "", name);
+    b.addEventListener("click", () => { kstate.tab = name; renderKernel(rec); });
+    nav.appendChild(b);
+  }
+  if (r.has_search) {
+    const b = el("button", "link", "its search tree");
+    b.addEventListener("click", () => { showView("searches"); selectSearch(r.key); });
+    nav.appendChild(b);
+  }
+  $("ktab-body").textContent = tabs[kstate.tab]();
+}
+
 // ---- polling -----------------------------------------------------------------------------------------------------
 
 async function tick() {
+  if (state.view !== "searches") return;  // the kernels view reads the tiers when opened or refreshed
   try {
     await refreshList();
     const sel = state.list.find((s) => s.key === state.key);
@@ -310,10 +460,24 @@ async function tick() {
 }
 
 $("filter").addEventListener("input", renderList);
+$("kfilter").addEventListener("input", () => { if (kstate.body) renderKernelList(); });
+$("krefresh").addEventListener("click", refreshKernels);
+$("show-kernels").addEventListener("click", () => openKernels(kstate.tier, kstate.key));
+$("show-searches").addEventListener("click", () => {
+  showView("searches");
+  location.hash = state.key ? state.key + (state.nodeId === null ? "" : `/${state.nodeId}`) : "";
+  tick();
+});
 
 (async () => {
-  await tick();
-  const [key, node] = location.hash.slice(1).split("/");
-  if (key) await selectSearch(key, node === undefined || node === "" ? undefined : Number(node));
+  const parts = location.hash.slice(1).split("/");
+  if (parts[0] === "kernels") {
+    state.view = "kernels";
+    await openKernels(parts[1], parts[2]);
+  } else {
+    await tick();
+    const [key, node] = parts;
+    if (key) await selectSearch(key, node === undefined || node === "" ? undefined : Number(node));
+  }
   setInterval(tick, POLL_MS);
 })();

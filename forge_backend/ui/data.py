@@ -137,7 +137,8 @@ def search_view(directory: Path, key: str, now: float | None = None) -> dict[str
     listing_ = _listing(record, key, mtime, time.time() if now is None else now)
     best = record.best_node()
     return {
-        "listing": listing_.to_json(), "card_text": _card_text(record), "config": record.config,
+        "listing": listing_.to_json(), "card_text": card_text(record.card, record.bandwidth_gbps),
+        "config": record.config,
         "eager_us": record.eager_us, "floor_us": record.floor_us, "bandwidth_gbps": record.bandwidth_gbps,
         "winner_id": record.winner_id, "best_id": best.id if best else None,
         "remeasured_id": record.remeasured_id, "winner_remeasured_us": record.winner_remeasured_us,
@@ -146,11 +147,12 @@ def search_view(directory: Path, key: str, now: float | None = None) -> dict[str
     }
 
 
-def _card_text(record: SearchRecord) -> str:
+def card_text(card: dict[str, Any], bandwidth_gbps: float | None) -> str:
+    """An operator card (a search's or a kernel record's) as ``kforge cards`` prints it."""
     try:
-        return OperatorCard.from_json(record.card).render(record.bandwidth_gbps)
+        return OperatorCard.from_json(card).render(bandwidth_gbps)
     except (KeyError, TypeError, ValueError) as e:  # a card of another kforge version: show what is there
-        return f"(the card does not read as this kforge's: {e})\n" + json.dumps(record.card, indent=1)
+        return f"(the card does not read as this kforge's: {e})\n" + json.dumps(card, indent=1)
 
 
 def _node_brief(node: Any) -> dict[str, Any]:

@@ -7,6 +7,9 @@ Routes, all GET (anything else is 405):
     /api/searches/KEY                   one search and its nodes, without sources
     /api/searches/KEY/nodes/N           one node whole: source, diff against its parent, plan, logs, reports
     /api/searches/KEY/nodes/N?against=M the same, its diff and changed params against node M
+    /api/kernels                        {"cache_dir", "tiers": [TierState, ...], "kernels": [KernelRow, ...]}: the
+                                         records a compile here can use, local, team and shipped (ui/kernels.py)
+    /api/kernels/TIER/KEY               one tier's record of KEY whole: card, source, plan, verification, timings
 
 Note [a local page that other sites cannot read]
 Kernel sources and timings are not secrets, but the page should not hand them to any web site the user happens to
@@ -35,8 +38,10 @@ from urllib.parse import parse_qs
 
 from ..search.records import CorruptRecord
 from ..store.local import searches_dir
+from ..store.record import CorruptRecord as CorruptKernelRecord
 from ..store.record import is_key
 from . import data
+from .kernels import TIERS, KernelTiers
 
 log = logging.getLogger("kforge")
 
@@ -45,6 +50,7 @@ _ASSETS = {"/": ("page.html", "text/html"), "/app.js": ("app.js", "text/javascri
            "/style.css": ("style.css", "text/css")}
 _SEARCH = re.compile(r"^/api/searches/([^/]+)$")
 _NODE = re.compile(r"^/api/searches/([^/]+)/nodes/(\d{1,9})$")
+_KERNEL = re.compile(r"^/api/kernels/([^/]+)/([^/]+)$")
 _CSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'"
 
 
@@ -80,10 +86,12 @@ class UiServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, cache_dir: str | Path, host: str = "127.0.0.1", port: int = 8686) -> None:
+    def __init__(self, cache_dir: str | Path, host: str = "127.0.0.1", port: int = 8686,
+                 team_dir: str | Path | None = None, shipped_dir: str | Path | None = None) -> None:
         self.cache_dir = Path(cache_dir).expanduser()
         self.searches_dir = searches_dir(self.cache_dir)
         self.listings = data.Listings(self.searches_dir)
+        self.kernels = KernelTiers(self.cache_dir, team_dir, shipped_dir)
         self.check_host = host in LOOPBACK
         if ":" in host:  # an IPv6 address such as ::1 or ::
             self.address_family = socket.AF_INET6
@@ -110,7 +118,15 @@ class UiServer(ThreadingHTTPServer):
             return self._read(lambda k: data.node_view(self.searches_dir, k, int(m.group(2)), against), m.group(1))
         if m := _SEARCH.match(path):
             return self._read(lambda k: data.search_view(self.searches_dir, k), m.group(1))
+        if path == "/api/kernels":
+            return self.kernels.listing()
+        if m := _KERNEL.match(path):
+            return self._kernel(m.group(1), m.group(2))
         raise ApiError(HTTPStatus.NOT_FOUND, f"no such page: {path}")
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.kernels.close()
 
     def _read(self, view: Any, key: str) -> Any:
         if not is_key(key):  # a key names a file: nothing else may
@@ -123,6 +139,23 @@ class UiServer(ThreadingHTTPServer):
             raise ApiError(HTTPStatus.NOT_FOUND, str(e)) from None
         except CorruptRecord as e:
             raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY, str(e)) from None
+
+    def _kernel(self, tier: str, key: str) -> Any:
+        if tier not in TIERS:
+            raise ApiError(HTTPStatus.NOT_FOUND, f"{tier[:20]!r} is not a tier: choose one of {', '.join(TIERS)}")
+        if not is_key(key):
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"{key[:80]!r} is not a signature key (64 lowercase hex digits)")
+        try:
+            view = self.kernels.record_view(tier, key)
+        except CorruptKernelRecord as e:
+            raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY,
+                           f"the {tier} record of {key[:16]} is corrupt: {e}") from None
+        except OSError as e:  # a team file this user may not read, a share gone stale
+            raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE,
+                           f"cannot read the {tier} record of {key[:16]}: {e}") from None
+        if isinstance(view, str):
+            raise ApiError(HTTPStatus.NOT_FOUND, view)
+        return view
 
 
 def _against(query: str) -> int | None:
