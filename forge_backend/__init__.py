@@ -5,7 +5,8 @@ importing the package also registers the backend by name.
 
 Layering (imports point downwards only):
     cli, cli_cache, cli_common    -> everything below
-    ui/ (data, server)            -> search.records, runtime.live_record, cards, store.record, store.queue
+    ui/ (data, kernels, server)   -> search.records, runtime.live_record, cards, store (record, queue, local,
+                                     shipped, team)
     backend                       -> capture, rewrite, registry, config; runtime.provider (lazily)
     capture, rewrite              -> signature, cards, selection, registry
     runtime/ (nvrtc, launch, worker, provider) -> contract, verify, measure, store, search

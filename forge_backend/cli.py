@@ -199,6 +199,9 @@ def prewarm(model_spec: Optional[str] = typer.Argument(None, help="FILE.py[::SET
         tasks = {i.card.key: bar.add_task(_label(i.card), total=iterations, status="queued") for i in todo}
 
         def on_progress(p: pw.Progress) -> None:
+            if p.waiting:  # Note [one search of a signature at a time] in store/claims.py
+                bar.update(tasks[p.key], status=f"waiting for {p.waiting}")
+                return
             best = f"best {p.best_speedup:.2f}x, {p.best_pct_roofline:.0f}% roofline" if p.best_speedup else "no kernel yet"
             llm = f", {p.tokens:,} tokens ${p.cost_usd:.4f}" if p.tokens else ""
             bar.update(tasks[p.key], completed=p.iteration, status=f"it {p.iteration}/{p.budget} {best}{llm}")
@@ -304,6 +307,8 @@ def _print_prewarm_table(results) -> None:
     gain = sum(r.expected_gain for r in results)
     console.print(f"expected saving: {gain:.1%} of the profiled operator time "
                   f"(sum over kernels of share x (1 - 1/speedup))")
+    for r in (r for r in results if r.status == "busy"):
+        console.print(f"{_label(r.card)}: {r.reason}; a rerun takes its record or searches it")
     tokens, cost = sum(r.tokens for r in results), sum(r.cost_usd for r in results)
     if tokens:
         console.print(f"LLM: {tokens:,} tokens, estimated ${cost:.4f} (prices from KFORGE_LLM_PRICE_IN/_OUT)")

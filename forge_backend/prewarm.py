@@ -4,8 +4,9 @@ Plan: capture the model's cards; profile each signature's eager time on the GPU 
 to get its share of the model's operator time; skip signatures already decided in the cache (so a rerun resumes
 where an interrupted one stopped), those without a template family (unless the LLM proposes), and those under
 ``min_share``; then search the rest, biggest share first, one search worker per GPU. Each finished search is
-stored at once, so Ctrl-C loses only the search in flight. A signature that kforge ships a record for
-(Note [a shipped record in a prewarm]) is re-verified on this GPU instead of searched. With ``inner="inductor"``
+stored at once, so Ctrl-C loses only the search in flight. A signature that another process is searching is
+waited for and its record taken (Note [one search of a signature at a time] in store/claims.py). A signature that
+kforge ships a record for (Note [a shipped record in a prewarm]) is re-verified on this GPU instead of searched. With ``inner="inductor"``
 (the default) each kernel found is also timed against Inductor's own single op, as the first compile would
 otherwise do (Note [the baseline inside Inductor]), so that compile finds the time in the record and the final table
 shows it.
@@ -91,6 +92,7 @@ class Progress:
     best_pct_roofline: float | None
     tokens: int = 0
     cost_usd: float = 0.0
+    waiting: str = ""  # who this search waits for (Note [one search of a signature at a time] in store/claims.py)
 
 
 def profile_cards(cards: list[OperatorCard], device: torch.device) -> dict[str, float]:
@@ -146,11 +148,16 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
         on_progress: Callable[[Progress], None] | None = None,
         on_done: Callable[[PrewarmResult], None] | None = None,
         search: Callable | None = None, make_client: Callable[[int], object] | None = None,
-        reverify: Callable | None = None) -> list[PrewarmResult]:
+        reverify: Callable | None = None, wait_s: float | None = None) -> list[PrewarmResult]:
     """Search every item marked "search" and re-verify every item marked "shipped" (searching it if its record
-    fails), ``gpus`` at a time (one worker process per GPU). ``search``, ``make_client`` and ``reverify`` default to
-    the real search, worker and re-verification; tests inject fakes."""
+    fails), ``gpus`` at a time (one worker process per GPU), each under the claims of Note [one search of a signature
+    at a time] (store/claims.py): an item another process is searching waits for it (at most ``wait_s``, default
+    PREWARM_WAIT_S) and takes its record. ``search``, ``make_client`` and ``reverify`` default to the real search,
+    worker and re-verification; tests inject fakes."""
+    from .store.claims import PREWARM_WAIT_S, ClaimBusy, search_claims
     from .store.local import LocalStore
+
+    from .runtime.search_runner import gpu_name
 
     if search is None:
         from .runtime.search_runner import run_search as search
@@ -179,13 +186,27 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
                     on_progress(Progress(item.card.key, p.iteration, p.iterations_budget, p.best_speedup,
                                          p.best_pct_roofline, spent["tokens"], spent["cost_usd"]))
 
+            def waiting(holder) -> None:
+                who = holder.describe() if holder is not None else "another process"
+                log.info("kforge: %s waits for %s", item.card.op, who)
+                if on_progress is not None:
+                    on_progress(Progress(item.card.key, 0, iterations, None, None, waiting=who))
+
             started = time.time()
-            res = _take_shipped(item, cfg, clients[gpu], store, reverify) if item.status == "shipped" else None
-            if res is None:
-                out = search(item.card, cfg, clients[gpu], store, iterations, seconds_per_op, on_progress=progress)
-                res = _result(item, out)
-            if cfg.inner == "inductor" and res.inductor_us is None:
-                res.inductor_us = _inductor_time(item.card, store, clients[gpu])
+            try:
+                with search_claims(cfg.cache_dir, item.card.key, gpu_name(gpu), f"kforge prewarm's search of "
+                                   f"{item.card.op}", PREWARM_WAIT_S if wait_s is None else wait_s, waiting) as waited:
+                    res = _searched_elsewhere(item, store) if waited else None
+                    if res is None and item.status == "shipped":
+                        res = _take_shipped(item, cfg, clients[gpu], store, reverify)
+                    if res is None:
+                        out = search(item.card, cfg, clients[gpu], store, iterations, seconds_per_op,
+                                     on_progress=progress)
+                        res = _result(item, out)
+                    if cfg.inner == "inductor" and res.inductor_us is None:
+                        res.inductor_us = _inductor_time(item.card, store, clients[gpu])
+            except ClaimBusy as e:  # left for a rerun: nothing was stored
+                res = PrewarmResult(item.card, item.share, "busy", reason=str(e))
             res.gpu, res.started, res.finished = gpu, started, time.time()
             if res.status == "shipped":
                 res.seconds = res.finished - started
@@ -204,6 +225,14 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
         for c in clients.values():
             c.close()
     return results
+
+
+def _searched_elsewhere(item: PlanItem, store) -> PrewarmResult | None:
+    """The record another process stored while this prewarm waited for its claim on the item, as a result."""
+    rec = store.get(item.card.key)
+    if rec is None:
+        return None
+    return _from_record(item, rec, "cached", "searched by another process while this prewarm waited for it")
 
 
 def _take_shipped(item: PlanItem, cfg: KforgeConfig, client, store, reverify) -> PrewarmResult | None:

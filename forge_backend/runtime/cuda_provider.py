@@ -5,7 +5,9 @@ cache makes that 0 NVRTC compiles and 0 timings); an untrusted (team, shipped or
 worker first; else, with ``search="on_miss"`` and a template family for the op, an MCTS search within the compile's
 budget, also where an untrusted record failed its re-verification (Note [a record that fails here is searched]).
 A miss that is not searched (``search="queue"``, or the budget spent) is queued for ``kforge prewarm --queued``
-(Note [a miss kept for later] in store/queue.py). A failure for one card is logged once with its op and leaves that
+(Note [a miss kept for later] in store/queue.py). A search first claims its signature and its GPU; a signature
+another process is searching is waited for and its record taken (Note [one search of a signature at a time] in
+store/claims.py). A failure for one card is logged once with its op and leaves that
 op to PyTorch (strict: raised).
 
 Note [a record that fails here is searched]
@@ -52,6 +54,7 @@ from ..inductor_gate import host_cost_us, replaces
 from ..reference import call_aten
 from ..registry import KernelImpl, conform
 from ..signature import arch_of
+from ..store.claims import ClaimBusy, search_claims
 from ..store.local import LocalStore
 from ..store.queue import MissQueue
 from ..store.record import KernelRecord
@@ -231,7 +234,7 @@ class CudaProvider:
     def _miss(self, card: OperatorCard, cfg: KforgeConfig, deadline: float) -> KernelImpl | None:
         """A card with no usable record: searched within the compile's budget (``on_miss``), or queued for
         ``kforge prewarm --queued`` (Note [a miss kept for later] in store/queue.py), or left alone (``off``)."""
-        from .search_runner import has_template, run_search, searchable
+        from .search_runner import gpu_name, has_template, run_search, searchable
 
         if cfg.search == "off" or not searchable(card, cfg):
             return None
@@ -241,8 +244,18 @@ class CudaProvider:
             return self._queue(card, "the compile's search budget (search_seconds) was spent on other signatures")
         if not has_template(card):  # a compile searches with the templates only; prewarm may ask the LLM
             return self._queue(card, "no template family covers it; the LLM proposer can search it in a prewarm")
-        outcome = run_search(card, cfg, self.client, self.local, iterations=cfg.search_iterations,
-                             seconds=max(deadline - time.monotonic(), 1.0))
+        try:  # Note [one search of a signature at a time] in store/claims.py
+            with search_claims(cfg.cache_dir, card.key, gpu_name(self._device_index()),
+                               f"a compile's search of {card.op}", max(deadline - time.monotonic(), 0.0),
+                               self._waiting(card)) as waited:
+                record = self.local.get(card.key) if waited else None
+                if record is not None:  # the process we waited for searched it
+                    counters["kforge"]["searched_elsewhere"] += 1
+                    return self._use_record(card, record, cfg)
+                outcome = run_search(card, cfg, self.client, self.local, iterations=cfg.search_iterations,
+                                     seconds=max(deadline - time.monotonic(), 1.0))
+        except ClaimBusy as e:
+            return self._queue(card, f"not searched by this compile: {e}")
         counters["kforge"]["searches"] += 1
         log.info("kforge: searched %s in %.1fs: %s", card.op, outcome.seconds, outcome.result.record.reason)
         if outcome.record is None:
@@ -250,6 +263,20 @@ class CudaProvider:
         if outcome.record.decision != "kernel":
             return None
         return self._use_record(card, outcome.record, cfg)
+
+    def _device_index(self) -> int:
+        """The GPU this provider's worker searches on (the current one until the worker starts)."""
+        index = getattr(self._client, "device_index", None)
+        if index is None:
+            index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+        return int(index)
+
+    @staticmethod
+    def _waiting(card: OperatorCard):
+        def say(holder) -> None:
+            log.info("kforge: waiting for another process's search before searching %s (%s)", card.op,
+                     holder.describe() if holder else "holder unknown")
+        return say
 
     def _queue(self, card: OperatorCard, why: str) -> None:
         """Queue ``card`` once a process; a queue that cannot be written is warned about once, never raised."""

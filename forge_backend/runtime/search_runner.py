@@ -57,6 +57,15 @@ def searchable(card: OperatorCard, cfg: KforgeConfig) -> bool:
     return cfg.proposer != "templates" or has_template(card)
 
 
+def gpu_name(device_index: int) -> str:
+    """A GPU's name for its search claim (store/claims.py): its UUID where torch can tell it, which
+    CUDA_VISIBLE_DEVICES does not renumber, else its index."""
+    try:
+        return str(torch.cuda.get_device_properties(device_index).uuid)
+    except (AssertionError, RuntimeError, AttributeError):  # no CUDA here (CPU tests), or a torch without uuid
+        return f"index{device_index}"
+
+
 @dataclass
 class SearchOutcome:
     record: KernelRecord | None  # None when the result must not be cached (budget ran out before any verdict)
