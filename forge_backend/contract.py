@@ -208,8 +208,16 @@ def kernels_defined(source: str) -> set[str]:
     return set(_KERNEL_RE.findall(_strip_comments(source)))
 
 
+# A candidate's source, at most. The largest template source is about 22 KB (a relay softmax) and an LLM's a few
+# KB; a megabyte source from a shared cache or a model's answer would only cost NVRTC and the screen's regexes time.
+MAX_SOURCE_BYTES = 256 * 1024
+
+
 def screen(candidate: Candidate) -> None:
     """Raise ContractViolation with a clear message when the candidate escapes the contract."""
+    size = len(candidate.source.encode("utf-8", "replace"))
+    if size > MAX_SOURCE_BYTES:
+        raise ContractViolation(f"the source is {size:,} bytes, over the {MAX_SOURCE_BYTES:,} a candidate may have")
     src = _strip_comments(candidate.source)
     for inc in _INCLUDE_RE.findall(src):
         if inc not in ALLOWED_INCLUDES:

@@ -48,6 +48,15 @@ def test_screen_rejects_escapes(snippet, needle):
     assert needle in str(e.value)
 
 
+def test_screen_refuses_a_source_too_big_for_a_candidate():
+    from forge_backend.contract import MAX_SOURCE_BYTES
+
+    padded = GOOD + "// " + "x" * MAX_SOURCE_BYTES + "\n"
+    with pytest.raises(ContractViolation, match="bytes, over the 262,144 a candidate may have"):
+        screen(cand(padded))
+    screen(cand(GOOD + "// " + "x" * (MAX_SOURCE_BYTES - len(GOOD) - 10) + "\n"))  # under the cap: passes
+
+
 def test_screen_checks_kernel_names_and_args():
     with pytest.raises(ContractViolation, match="defines only"):
         screen(cand(plan={"launches": [{"kernel": "nope", "grid": [1], "block": [1], "args": []}]}))

@@ -275,6 +275,18 @@ def test_import_rejects_corrupt_files(tmp_path: Path, store: LocalStore):
         assert other.get(b.key) is None
 
 
+def test_import_rejects_a_file_too_big_for_a_record(tmp_path: Path, store: LocalStore, monkeypatch):
+    from forge_backend.store import record as record_mod
+
+    a = make_record()
+    store.put(a)
+    store.export_bundle([a.key], tmp_path / "bundle")
+    monkeypatch.setattr(record_mod, "MAX_RECORD_BYTES", 100)
+    with LocalStore(tmp_path / "other") as other:
+        report = other.import_bundle(tmp_path / "bundle")
+        assert report.imported == [] and "over the 100 bytes" in report.rejected[f"{a.key}.json"]
+
+
 def test_import_guards_paths_and_reports_missing(tmp_path: Path, store: LocalStore):
     bundle = tmp_path / "bundle"
     bundle.mkdir()

@@ -99,6 +99,18 @@ def test_a_corrupt_file_is_a_reported_miss(team: TeamStore, caplog):
     assert list(team.check().corrupt) == [rec.key] and list(team.items()) == []
 
 
+def test_a_file_too_big_for_a_record_is_a_reported_miss_and_is_not_read_whole(team: TeamStore, monkeypatch):
+    from forge_backend.store import record as record_mod
+
+    rec = make_record()
+    text = rec.dumps(indent=1)
+    team.path(rec.key).write_text(text)
+    assert team.get(rec.key) is not None
+    monkeypatch.setattr(record_mod, "MAX_RECORD_BYTES", len(text.encode()) - 1)
+    assert team.get(rec.key) is None
+    assert "bytes a record file may have" in team.check().corrupt[rec.key]
+
+
 def test_a_file_holding_another_keys_record_is_a_reported_miss(team: TeamStore, caplog):
     a, b = make_record(64), make_record(128)
     team.path(a.key).write_text(b.dumps(indent=1))
@@ -275,7 +287,7 @@ def test_an_unreadable_team_file_is_a_miss_with_a_warning(team: TeamStore, monke
     def refused(self, *a, **k):
         raise PermissionError(13, "Permission denied", str(self))
 
-    monkeypatch.setattr(Path, "read_text", refused)
+    monkeypatch.setattr(Path, "open", refused)
     with pytest.warns(UserWarning, match="cannot read the team store"):
         assert team.get(rec.key) is None
     assert counters["kforge"]["team_unavailable"] == 1

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from .local import RecordReader
-from .record import CorruptRecord, KernelRecord, check_key, is_key
+from .record import CorruptRecord, KernelRecord, check_key, is_key, read_record_file
 
 
 class RecordDirectory(RecordReader):
@@ -32,13 +32,9 @@ class RecordDirectory(RecordReader):
     def read(self, key: str) -> KernelRecord | None:
         """The record of ``key`` (untrusted) or None; raises CorruptRecord for a corrupt file."""
         path = self.path(key)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        rec = read_record_file(path)
+        if rec is None:
             return None
-        except UnicodeDecodeError as e:
-            raise CorruptRecord(f"{path.name} is not UTF-8 text: {e}") from e
-        rec = KernelRecord.loads(text)
         if rec.key != key:
             raise CorruptRecord(f"{path.name} holds the record of key {rec.key[:16]}")
         return rec.marked(source=self.source, trusted=False)

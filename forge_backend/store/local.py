@@ -30,7 +30,8 @@ from diskcache.core import MODE_PICKLE, UNKNOWN
 
 from ..errors import KforgeError
 from ..fsutil import atomic_write
-from .record import CorruptRecord, IntegrityReport, KernelRecord, check_key, is_key, report_corrupt, utc_now
+from .record import (CorruptRecord, IntegrityReport, KernelRecord, check_key, is_key, read_record_file,
+                     report_corrupt, utc_now)
 
 log = logging.getLogger("kforge.store")
 
@@ -325,13 +326,9 @@ def _read_bundle_record(src: Path, name: str, expected: Mapping[str, Any] | None
     if not (name.endswith(".json") and is_key(name[: -len(".json")])):  # also keeps "../" out of the bundle
         raise CorruptRecord(f"file name {name!r} is not <key>.json")
     path = src / name
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        raise CorruptRecord("listed in the index but missing") from e
-    except UnicodeDecodeError as e:
-        raise CorruptRecord(f"not UTF-8 text: {e}") from e
-    rec = KernelRecord.loads(text)
+    rec = read_record_file(path)
+    if rec is None:
+        raise CorruptRecord("listed in the index but missing")
     if rec.key != path.stem:
         raise CorruptRecord(f"file {path.name} holds the record of key {rec.key[:16]}")
     if expected is not None and expected.get("integrity") not in (None, rec.integrity()):

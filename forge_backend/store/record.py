@@ -23,6 +23,7 @@ import logging
 import re
 import socket
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
 from ..contract import Candidate
@@ -192,6 +193,28 @@ class KernelRecord:
         rec = _construct(body)
         _check_key(rec)
         return rec
+
+
+# A record file from a directory others write (a team store, a bundle, the shipped records), at most: the largest
+# shipped one is 28 KB, and a candidate's source may have 256 KB (contract.MAX_SOURCE_BYTES).
+MAX_RECORD_BYTES = 4 * 1024 * 1024
+
+
+def read_record_file(path: Path) -> KernelRecord | None:
+    """The record in the file ``path`` (None when there is none); CorruptRecord for a file over MAX_RECORD_BYTES
+    (not read whole), not UTF-8, or not a valid record."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_RECORD_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    if len(data) > MAX_RECORD_BYTES:
+        raise CorruptRecord(f"{path.name} is over the {MAX_RECORD_BYTES:,} bytes a record file may have")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CorruptRecord(f"{path.name} is not UTF-8 text: {e}") from e
+    return KernelRecord.loads(text)
 
 
 def _construct(body: dict[str, Any]) -> KernelRecord:
