@@ -143,7 +143,10 @@ def prewarm(model_spec: Optional[str] = typer.Argument(None, help="FILE.py[::SET
             cache_dir: Optional[Path] = typer.Option(None, help="Cache directory (default: KFORGE_CACHE_DIR)."),
             families: str = typer.Option("", help="Opt-in families, e.g. matmul,conv."),
             queued: bool = typer.Option(False, "--queued", help="Search the misses compiles queued (search='queue', "
-                                                                 "or past their budget) instead of a model.")) -> None:
+                                                                 "or past their budget) instead of a model."),
+            json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the final table as JSON here "
+                                                                          "(with the GPU, torch and the budget).")
+            ) -> None:
     """Search every operator signature of a model ahead of time. Resumable: a rerun skips finished searches."""
     import torch
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -158,6 +161,8 @@ def prewarm(model_spec: Optional[str] = typer.Argument(None, help="FILE.py[::SET
                                  "families": families or None}.items() if v is not None}
     with kforge_errors():  # bad options and model specs: one line, before the model is built
         _check_budget(iterations, seconds_per_op, gpus)
+        if json_out is not None and not json_out.expanduser().parent.is_dir():  # not after an hour of searching
+            raise BadOption(f"--json {json_out}: the directory {json_out.expanduser().parent} does not exist")
         cfg = KforgeConfig.load(options)
         found = _prewarm_cards(model_spec, queued, cfg)
     if queued:
@@ -209,7 +214,7 @@ def prewarm(model_spec: Optional[str] = typer.Argument(None, help="FILE.py[::SET
         def on_done(r: pw.PrewarmResult) -> None:
             results[r.card.key] = r
             bar.update(tasks[r.card.key], completed=iterations,
-                       status=f"{r.decision}{' (shipped, re-verified)' if r.status == 'shipped' else ''} "
+                       status=f"{r.decision or r.status}{' (shipped, re-verified)' if r.status == 'shipped' else ''} "
                               f"({r.seconds:.0f}s)")
 
         try:
@@ -217,10 +222,34 @@ def prewarm(model_spec: Optional[str] = typer.Argument(None, help="FILE.py[::SET
         except KeyboardInterrupt:
             console.print("Interrupted: finished searches are kept, and the trees of the interrupted ones (kforge ui); "
                           "rerun to continue.", style="yellow")
-    _print_prewarm_table([results.get(i.card.key) or pw.PrewarmResult(i.card, i.share, i.status) for i in items])
+    final = [results.get(i.card.key) or pw.PrewarmResult(i.card, i.share, i.status) for i in items]
+    _print_prewarm_table(final)
+    if json_out is not None:
+        with kforge_errors():
+            _write_prewarm_json(json_out, final, cfg, iterations, seconds_per_op, model_spec, device)
+        console.print(f"wrote {json_out}")
     resolved = MissQueue(cfg.cache_dir).prune(store)  # Note [a miss kept for later] in store/queue.py
     if resolved:
         console.print(f"{len(resolved)} queued signatures now have a decision and left the queue")
+
+
+def _write_prewarm_json(path: Path, results, cfg, iterations: int, seconds_per_op: float, model_spec: str | None,
+                        device) -> None:
+    """The final table as JSON, with what it was measured on and with what budget."""
+    import datetime
+    import json
+
+    import torch
+
+    from .fsutil import atomic_write
+    from .ui.server import finite
+
+    doc = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "gpu": torch.cuda.get_device_name(device), "torch": torch.__version__, "kforge": __version__,
+           "model_spec": model_spec or "--queued", "iterations": iterations, "seconds_per_op": seconds_per_op,
+           "proposer": cfg.proposer, "inner": cfg.inner, "cache_dir": str(cfg.cache_dir),
+           "expected_saving": sum(r.expected_gain for r in results), "results": [r.to_json() for r in results]}
+    atomic_write(path.expanduser(), (json.dumps(finite(doc), indent=1, allow_nan=False) + "\n").encode())
 
 
 def _prewarm_cards(model_spec: str | None, queued: bool, cfg):
@@ -297,7 +326,7 @@ def _print_prewarm_table(results) -> None:
                 "tokens", "cost $", "expected gain"):
         table.add_column(col)
     for r in results:
-        pct = f"{100 * r.floor_us / r.kforge_us:.0f}%" if r.kforge_us and r.floor_us else ""
+        pct = f"{r.pct_roofline:.0f}%" if r.pct_roofline else ""
         table.add_row(_label(r.card), f"{r.share:.1%}", _num(r.eager_us), _num(r.kforge_us),
                       f"{r.speedup:.2f}x" if r.speedup else "", f"{r.vs_inductor:.2f}x" if r.vs_inductor else "",
                       pct, f"{r.decision} (shipped)" if r.status == "shipped" else r.decision or r.status,

@@ -82,6 +82,24 @@ class PrewarmResult:
             return 0.0
         return self.share * (1.0 - 1.0 / self.speedup)
 
+    @property
+    def pct_roofline(self) -> float | None:
+        """The kernel's speed as a percent of the roofline floor's (the floor's time over the kernel's)."""
+        return 100.0 * self.floor_us / self.kforge_us if self.floor_us and self.kforge_us else None
+
+    def to_json(self) -> dict:
+        """One row of ``kforge prewarm --json``: the final table's columns, unrounded, with the signature's key."""
+        from .cards import inputs_text
+
+        return {"key": self.card.key, "op": self.card.op, "inputs": inputs_text(self.card.to_json(), 8),
+                "share": self.share, "status": self.status, "decision": self.decision, "eager_us": self.eager_us,
+                "kforge_us": self.kforge_us, "floor_us": self.floor_us, "speedup_vs_eager": self.speedup,
+                "inductor_us": self.inductor_us, "speedup_vs_inductor_op": self.vs_inductor,
+                "pct_roofline": self.pct_roofline, "expected_gain": self.expected_gain, "iterations": self.iterations,
+                "iterations_to_best": self.iterations_to_best, "seconds": self.seconds, "tokens": self.tokens,
+                "cost_usd": self.cost_usd, "reason": self.reason, "gpu": self.gpu, "started": self.started,
+                "finished": self.finished}
+
 
 @dataclass
 class Progress:

@@ -398,3 +398,36 @@ def test_prewarm_plan_skips_cards_the_templates_cannot_serve():
     items = {i.card.arch: i.status for i in plan([turing, ampere], {turing.key: 1.0, ampere.key: 1.0}, cfg,
                                                  FakeStore([]))}
     assert items == {"sm_75": "skipped: the templates need sm_80 or newer, not sm_75", "sm_80": "search"}
+
+
+def test_prewarm_json_path_is_checked_before_the_model_is_built(tmp_path):
+    out = runner.invoke(app, ["prewarm", QUICKSTART, "--json", str(tmp_path / "missing" / "r.json")])
+    _one_line_error(out, f"--json {tmp_path / 'missing' / 'r.json'}: the directory {tmp_path / 'missing'} does not "
+                         "exist")
+    assert "distinct signatures" not in out.output
+
+
+def test_prewarm_json_holds_the_final_table_and_what_it_ran_on(tmp_path, monkeypatch):
+    import json
+
+    import torch
+
+    from forge_backend.cli import _write_prewarm_json
+
+    cards = model_cards(QUICKSTART).cards[:2]
+    kernel = PrewarmResult(cards[0], 0.75, "searched", eager_us=10.0, kforge_us=4.0, floor_us=2.0, speedup=2.5,
+                           decision="kernel", iterations=12, iterations_to_best=3, seconds=8.5, reason="won",
+                           inductor_us=6.0, gpu=0)
+    busy = PrewarmResult(cards[1], 0.25, "busy", reason="another process held key-...", eager_us=float("nan"))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    cfg = KforgeConfig.load({"cache_dir": str(tmp_path)}, env={})
+    _write_prewarm_json(tmp_path / "r.json", [kernel, busy], cfg, 12, 8.0, QUICKSTART, None)
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert (doc["gpu"], doc["iterations"], doc["seconds_per_op"], doc["model_spec"]) == ("NVIDIA H200", 12, 8.0,
+                                                                                         QUICKSTART)
+    assert doc["torch"] == torch.__version__ and doc["expected_saving"] == pytest.approx(0.75 * (1 - 1 / 2.5))
+    k, b = doc["results"]
+    assert (k["key"], k["decision"], k["speedup_vs_inductor_op"], k["pct_roofline"]) == (cards[0].key, "kernel",
+                                                                                          1.5, 50.0)
+    assert k["iterations_to_best"] == 3 and k["inputs"].startswith(cards[0].inputs[0].spec.dtype.replace("torch.", ""))
+    assert b["status"] == "busy" and b["decision"] is None and b["eager_us"] is None  # NaN is not JSON
