@@ -113,6 +113,23 @@ def test_a_missing_team_directory_is_reported_and_not_created(tmp_path):
     assert not (tmp_path / "unmounted").exists()
 
 
+def test_a_record_file_is_parsed_again_only_when_it_changes(tiers, tmp_path, monkeypatch):
+    from forge_backend.store import directory
+
+    view, rec = tiers
+    view.listing()
+    reads = []
+    real = directory.read_record_file
+    monkeypatch.setattr(directory, "read_record_file", lambda path: reads.append(path.name) or real(path))
+    view.listing()
+    assert reads == [f"{rec['c'].key}.json"], "only the corrupt file, which has no row to keep, is read again"
+    team = TeamStore(tmp_path / "team")
+    team.write(faster(rec["b"], 1.5))  # a teammate's newer kernel: a new file
+    reads.clear()
+    b = rows_by(view.listing(), rec["b"].key)["team"]
+    assert sorted(reads) == sorted([f"{rec['b'].key}.json", f"{rec['c'].key}.json"]) and b["kforge_us"] == 1.5
+
+
 def test_listing_twice_writes_no_record(tiers, tmp_path):
     view, rec = tiers
     before = {p.name: p.read_bytes() for p in (tmp_path / "team").iterdir()}

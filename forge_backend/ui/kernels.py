@@ -11,8 +11,8 @@ The search views never open the local store: diskcache would create its database
 none. This view opens it only when its database already exists (``records/cache.db``); diskcache then rewrites its
 own settings rows on open, as every process that compiles does, and nothing here puts or deletes a record. A team
 directory that is missing is reported, never created (Note [a team store that cannot be reached] in store/team.py).
-The team and shipped tiers are read again on every request: the page asks for this view when it is opened or
-refreshed, not on its two-second poll.
+The page asks for this view when it is opened or refreshed, not on its two-second poll, and a team or shipped
+record file is parsed again only when it changed (its inode, mtime or size).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..cards import inputs_text
+from ..store.directory import RecordDirectory
 from ..store.local import LocalStore, RecordReader, searches_dir
 from ..store.record import CorruptRecord, KernelRecord
 from ..store.shipped import ShippedStore
@@ -83,6 +84,9 @@ class KernelTiers:
         self.shipped = ShippedStore(shipped_dir)
         self._local: LocalStore | None = None
         self._lock = threading.Lock()
+        # (tier, key) -> (the file's inode, mtime and size, its row): a team directory on a network filesystem may
+        # hold thousands of records, read again only when their files change (each write is a new file: a rename)
+        self._rows: dict[tuple[str, str], tuple[tuple[int, int, int], KernelRow]] = {}
 
     def close(self) -> None:
         with self._lock:
@@ -140,13 +144,22 @@ class KernelTiers:
 
     def _row(self, tier: str, key: str, reader: RecordReader) -> KernelRow:
         has_search = (self.searches_dir / f"{key}.json").is_file()
+        stamp = _stamp(reader, key)
+        with self._lock:
+            seen = self._rows.get((tier, key))
+        if stamp is not None and seen is not None and seen[0] == stamp:  # the file did not change: not parsed again
+            return dataclasses.replace(seen[1], has_search=has_search)
         try:
             rec = reader.read(key)
         except (CorruptRecord, OSError) as e:  # OSError: a team file this user may not read
             return KernelRow(key, tier, False, corrupt=str(e) or "corrupt", has_search=has_search)
         if rec is None:  # removed since the tier was listed
             return KernelRow(key, tier, False, corrupt="removed while it was being read", has_search=has_search)
-        return row(rec, tier, has_search)
+        made = row(rec, tier, has_search)
+        if stamp is not None:
+            with self._lock:
+                self._rows[(tier, key)] = (stamp, made)
+        return made
 
     def record_view(self, tier: str, key: str) -> dict[str, Any] | str:
         """One tier's record of ``key`` whole, or why there is none (the tier cannot be read, or holds no record of
@@ -161,6 +174,17 @@ class KernelTiers:
         holders = [name for name in TIERS if readers[name][0] is not None and key in readers[name][0]]
         return record_json(rec, tier, answers=_answering(readers, key), in_tiers=holders,
                            has_search=(self.searches_dir / f"{key}.json").is_file())
+
+
+def _stamp(reader: RecordReader, key: str) -> tuple[int, int, int] | None:
+    """A directory tier's file of ``key`` as (inode, mtime, size); None for the local store or a file gone."""
+    if not isinstance(reader, RecordDirectory):
+        return None
+    try:
+        st = reader.path(key).stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def _answering(readers: Mapping[str, tuple[RecordReader | None, TierState]], key: str) -> str | None:
