@@ -375,10 +375,12 @@ def publish_cmd(keys: Annotated[Optional[list[str]], typer.Argument(
     with kforge_errors():
         target = _team(team)
         target.check_writable()
-        records = _to_publish(_store(cache_dir), keys)
+        store = _store(cache_dir)
+        records = _to_publish(store, keys)
         console = console_for()
-        done = [target.publish(rec) for rec in track(records, description=escape(f"publishing to {target.directory}"),
-                                                      console=console, transient=True, disable=len(records) < MANY)]
+        done = [target.publish(rec, store.get_search(rec.key))  # Note [a search tree beside a team's kernel]
+                for rec in track(records, description=escape(f"publishing to {target.directory}"), console=console,
+                                 transient=True, disable=len(records) < MANY)]
         _print_published(console, target, records, done)
 
 
@@ -402,7 +404,8 @@ def _print_published(console: Console, team: TeamStore, records: list[KernelReco
     console.print(f"published {written} of {len(done)} records to {team.directory}, skipped {len(done) - written}")
     for rec, p in zip(records, done):
         what = f"{rec.key[:16]} {rec.signature.get('op', '?')} {_shape(rec)} {rec.decision}"
-        console.print(f"  {'published' if p.written else 'skipped  '} {what}: {p.why}")
+        tree = " (with its search tree)" if p.tree else ""
+        console.print(f"  {'published' if p.written else 'skipped  '} {what}{tree}: {p.why}")
 
 
 @cache_app.command("queue")

@@ -3,6 +3,7 @@ under Note [what a publish replaces], never breaking a search when it cannot be 
 cannot be reached]). CPU only: no GPU, no timing; re-verification and the worker are faked."""
 from __future__ import annotations
 
+import json
 import os
 import stat
 import time
@@ -18,8 +19,8 @@ from forge_backend.cli_cache import cache_app
 from forge_backend.config import KforgeConfig
 from forge_backend.errors import BadOption
 from forge_backend.runtime import cuda_provider
-from forge_backend.store import (BadKey, LocalStore, ShippedStore, TeamStore, TeamStoreUnavailable, TieredStore,
-                                 publish_found, team_store)
+from forge_backend.store import (BadKey, LocalStore, Published, ShippedStore, TeamStore, TeamStoreUnavailable,
+                                 TieredStore, publish_found, team_store)
 from forge_backend.store import team as team_mod
 from forge_backend.store.team import not_publishable, publish_verdict
 
@@ -391,9 +392,13 @@ def test_a_search_publishes_its_record_to_the_team(tmp_path: Path, team: TeamSto
     card = softmax([8, 1024])
     with LocalStore(tmp_path / "cache") as local:
         out = search_runner.run_search(card, cfg, FakeClient(), local, 6, 600.0, proposers=[KnobTree(depth=2)])
+        search = local.get_search(card.key)
     assert out.record is not None and out.record.decision == "kernel" and team.keys() == [card.key]
     assert team.get(card.key).integrity() == out.record.marked(source="team", trusted=False).integrity()
     assert counters["kforge"]["team_published"] == 1
+    # Note [a search tree beside a team's kernel]: the tree that found it goes along, readable by teammates
+    assert json.loads(team.search_path(card.key).read_text()) == search
+    assert stat.S_IMODE(team.search_path(card.key).stat().st_mode) == 0o644
 
 
 def test_a_search_that_keeps_pytorch_publishes_nothing(tmp_path: Path, team: TeamStore, monkeypatch):
@@ -415,6 +420,30 @@ def test_a_search_that_keeps_pytorch_publishes_nothing(tmp_path: Path, team: Tea
         out = search_runner.run_search(card, cfg, FakeClient(), local, 6, 600.0, proposers=[KnobTree(depth=2)])
         assert out.record.decision == "pytorch" and local.get(card.key) is not None
     assert team.keys() == [] and counters["kforge"]["team_published"] == 0
+    assert not team.searches_dir.exists(), "no tree without its kernel"
+
+
+def tree_of(rec, source: str | None = None) -> dict:
+    """A search record's JSON reduced to what found_by reads: a winner whose source is ``source`` (``rec``'s)."""
+    return {"winner_id": 1, "nodes": [{"candidate": None},
+                                      {"candidate": {"source": source or rec.candidate["source"]}}]}
+
+
+def test_a_publish_takes_only_the_tree_that_found_its_kernel(team: TeamStore):
+    rec = make_record()
+    later = tree_of(rec, source="// the key's last search, which found another kernel")
+    assert team.publish(rec, later) == Published(rec.key, True, "new to the team", tree=False)
+    assert not team.search_path(rec.key).exists()
+    team.path(rec.key).unlink()
+    done = team.publish(rec, tree_of(rec))
+    assert done.written and done.tree and json.loads(team.search_path(rec.key).read_text()) == tree_of(rec)
+
+
+def test_a_publish_that_replaces_nothing_writes_no_tree(team: TeamStore):
+    fast, slow = timed(make_record(), 2.0), timed(make_record(), 3.0)
+    team.write(fast)
+    done = team.publish(slow, tree_of(slow))
+    assert not done.written and not done.tree and not team.search_path(slow.key).exists()
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -450,6 +479,16 @@ def test_cli_publish_pushes_this_machines_records_and_says_what_it_skipped(cli_e
     again = invoke("publish", cli_env["mine"].key[:10], "--cache-dir", cli_env["cache"])
     assert again.exit_code == 0 and "published 0 of 1 records" in again.output
     assert "holds this kernel already" in again.output
+
+
+def test_cli_publish_takes_the_tree_that_found_each_kernel(cli_env, monkeypatch):
+    team, mine = cli_env["team"], cli_env["mine"]
+    with LocalStore(cli_env["cache"]) as store:
+        store.put_search(mine.key, tree_of(mine))
+    r = invoke("publish", "--cache-dir", cli_env["cache"], "--team", str(team.directory))
+    assert r.exit_code == 0, r.output
+    assert f"published {mine.key[:16]}" in r.output and "(with its search tree)" in r.output
+    assert json.loads(team.search_path(mine.key).read_text()) == tree_of(mine)
 
 
 def test_cli_publish_to_a_named_directory_by_prefix(cli_env, tmp_path: Path):

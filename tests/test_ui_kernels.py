@@ -205,3 +205,58 @@ def test_ui_takes_the_team_store_from_its_flag_or_the_environment(tmp_path, monk
     r = CliRunner().invoke(app, ["ui", "--cache-dir", str(tmp_path), "--port", "0"])
     assert r.exit_code == 0 and "team store" not in r.output
     assert made == [tmp_path / "from_env", tmp_path / "f", None]
+
+
+# ---- a teammate's search tree (Note [a search tree beside a team's kernel] in store/team.py) -------------------------
+
+def sim_search() -> dict:
+    from test_mcts import KnobTree, SimEvaluator, run
+
+    return run([KnobTree(depth=2)], SimEvaluator(), iterations=6, seed=3).record.to_json()
+
+
+def test_a_team_row_links_to_the_tree_the_team_holds(tiers, tmp_path):
+    view, rec = tiers
+    team = TeamStore(tmp_path / "team")
+    team.write_search(rec["b"].key, sim_search())
+    listing = view.listing()
+    assert rows_by(listing, rec["b"].key)["team"]["has_search"]
+    assert not rows_by(listing, rec["b"].key)["shipped"]["has_search"]  # shipped records come without trees
+    assert not rows_by(listing, rec["a"].key)["team"]["has_search"]  # the local tree is not the team record's
+    assert view.record_view("team", rec["b"].key)["row"]["has_search"]
+
+
+def test_a_team_tree_is_served_with_from_team(served, tmp_path):
+    server, rec = served
+    key = rec["b"].key
+    TeamStore(tmp_path / "team").write_search(key, sim_search())
+    status, body = get(server, f"/api/searches/{key}?from=team")
+    assert status == 200 and len(body["nodes"]) > 1 and body["listing"]["state"] == "finished"
+    status, node = get(server, f"/api/searches/{key}/nodes/1?from=team&against=0")
+    assert status == 200 and node["id"] == 1 and node["diff_against"] == 0
+    status, body = get(server, f"/api/searches/{key}")
+    assert status == 404 and "no search record" in body["error"], "the local cache holds no tree of it"
+    status, body = get(server, f"/api/searches/{key}?from=elsewhere")
+    assert status == 400 and "local or team" in body["error"]
+
+
+def test_from_team_without_a_team_store_is_404(tmp_path):
+    server = UiServer(tmp_path, "127.0.0.1", 0)
+    server.start()
+    try:
+        status, body = get(server, f"/api/searches/{'a' * 64}?from=team")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert status == 404 and "no team store is configured" in body["error"]
+
+
+def test_a_search_record_too_big_is_refused_unread(tmp_path, monkeypatch):
+    from forge_backend.search.records import CorruptRecord
+    from forge_backend.ui import data
+
+    (tmp_path / f"{'a' * 64}.json").write_text(json.dumps(sim_search()))
+    data.load(tmp_path, "a" * 64)
+    monkeypatch.setattr(data, "MAX_SEARCH_BYTES", 100)
+    with pytest.raises(CorruptRecord, match="bytes, over the 100 a search record may have"):
+        data.load(tmp_path, "a" * 64)

@@ -97,14 +97,15 @@ def run_search(card: OperatorCard, cfg: KforgeConfig, client: WorkerClient, stor
         live.interrupted(mcts.record, e)
         raise
     rec = result.record
-    store.put_search(card.key, rec.to_json())
+    search_json = rec.to_json()
+    store.put_search(card.key, search_json)
     record = _to_record(card, result, base, proposer=_proposer_of(result))
     if record.decision == "pytorch" and rec.stop_reason in ("seconds", "tokens", "cost") and not any(
             n.status == "ok" for n in rec.nodes[1:]):
         record = None  # Note: cut short before any verdict; a later search with more budget may find a kernel
     if record is not None:
         store.put(record)
-        publish_found(record, cfg)  # to the team store, if one is configured (store/team.py); never raises for it
+        publish_found(record, cfg, search_json)  # to the team store, if one is configured (store/team.py)
     return SearchOutcome(record, result, time.perf_counter() - t0)
 
 

@@ -13,6 +13,7 @@ Set ``team_store`` (``KFORGE_TEAM_STORE``) to use one.
   (:func:`publish_found`, from ``search_runner.run_search``), and ``kforge cache publish`` pushes stored ones.
   Records that came from elsewhere (re-verified shipped, imported or team records) are not published again. What a
   publish does when the team already holds the key: Note [what a publish replaces].
+* A published kernel takes the search that found it along: Note [a search tree beside a team's kernel].
 * Writes are atomic (temp file, then rename) and world-readable, so a reader on another machine sees a whole file or
   none. A corrupt or mismatched file is a miss, reported; a directory that cannot be reached is
   Note [a team store that cannot be reached].
@@ -40,6 +41,14 @@ A publish reads, compares and renames without a lock (a network filesystem's loc
 machines publishing one key at once both write and the last rename wins, perhaps with the slower of two verified
 kernels, until the next publish of that key. A reader never sees half a file.
 
+Note [a search tree beside a team's kernel]
+A teammate who gets a kernel from the team store should be able to see why it won, as for a kernel searched here
+(`kforge ui`). So a publish that writes a kernel record also writes the search record that found it, to
+``<directory>/searches/<key>.json``, before the record (a reader who finds the record finds its tree). Only the search
+that found that very kernel goes (:func:`found_by`: its winner's source is the record's); a key's local search record
+is its last search, which may have been cut short since. A publish that replaces nothing writes no tree. A tree is
+read like any file from another machine: its size is capped, it is shown as text, and nothing in it is run.
+
 Note [a team store that cannot be reached]
 A shared directory can be unmounted, read-only, or unreadable to this user. kforge does not create a missing one:
 an unmounted share's mount point would silently become a local folder nobody else sees. A search never fails
@@ -50,17 +59,20 @@ in the local cache, and ``kforge cache publish`` can push it later.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import KforgeError
 from ..fsutil import atomic_write
 from .directory import RecordDirectory
-from .record import KernelRecord
+from .local import searches_dir
+from .record import KernelRecord, check_key
 
 if TYPE_CHECKING:
     from ..config import KforgeConfig
@@ -77,11 +89,13 @@ class TeamStoreUnavailable(KforgeError):
 
 @dataclass(frozen=True)
 class Published:
-    """What one publish did: whether the record was written, and why (or why not)."""
+    """What one publish did: whether the record was written, and why (or why not); whether its search tree went
+    with it."""
 
     key: str
     written: bool
     why: str
+    tree: bool = False
 
 
 class TeamStore(RecordDirectory):
@@ -123,16 +137,36 @@ class TeamStore(RecordDirectory):
         except OSError as e:
             raise TeamStoreUnavailable(f"cannot write to the team store {self.directory}: {e.strerror or e}") from e
 
-    def publish(self, record: KernelRecord) -> Published:
+    def publish(self, record: KernelRecord, search: Mapping[str, Any] | None = None) -> Published:
         """Write ``record`` if it is this machine's own and Note [what a publish replaces] lets it replace what the
-        team holds; raises TeamStoreUnavailable when the directory cannot be written."""
+        team holds, with ``search``, the search record that found it (Note [a search tree beside a team's kernel]);
+        raises TeamStoreUnavailable when the directory cannot be written."""
         why_not = not_publishable(record)
         if why_not:
             return Published(record.key, False, why_not)
         ok, why = publish_verdict(record, self.get(record.key))
+        tree = ok and search is not None and found_by(record, search)
+        if tree:  # before the record, so that a teammate who reads the record finds its tree
+            self.write_search(record.key, search)
         if ok:
             self.write(record)
-        return Published(record.key, ok, why)
+        return Published(record.key, ok, why, tree=bool(tree))
+
+    @property
+    def searches_dir(self) -> Path:
+        return searches_dir(self.directory)
+
+    def search_path(self, key: str) -> Path:
+        return self.searches_dir / f"{check_key(key)}.json"
+
+    def write_search(self, key: str, search: Mapping[str, Any]) -> None:
+        """Write the search record of ``key`` atomically and world-readable, as a record is written."""
+        self._check_dir()
+        try:
+            atomic_write(self.search_path(key), (json.dumps(search, sort_keys=True, indent=1) + "\n").encode(),
+                         mode=FILE_MODE)
+        except OSError as e:
+            raise TeamStoreUnavailable(f"cannot write to the team store {self.directory}: {e.strerror or e}") from e
 
     def _check_dir(self) -> None:
         if not self.directory.is_dir():  # Note [a team store that cannot be reached]: never created here
@@ -196,14 +230,25 @@ def team_store(cfg: "KforgeConfig") -> TeamStore | None:
     return team
 
 
-def publish_found(record: KernelRecord, cfg: "KforgeConfig") -> Published | None:
-    """Publish a record this machine's search just stored to the configured team store (None: there is none, or it
-    cannot be written: warned once, counted, never raised)."""
+def found_by(record: KernelRecord, search: Mapping[str, Any]) -> bool:
+    """Whether ``search`` (a search record's JSON) is the search that found ``record``'s kernel: its winner's source
+    is the record's. A key's local search record is its last search, which may have found nothing since."""
+    try:
+        node = search["nodes"][search["winner_id"]]
+        return bool(record.candidate) and node["candidate"]["source"] == record.candidate["source"]
+    except (KeyError, IndexError, TypeError):
+        return False
+
+
+def publish_found(record: KernelRecord, cfg: "KforgeConfig", search: Mapping[str, Any] | None = None
+                  ) -> Published | None:
+    """Publish a record this machine's search just stored, with the search's record, to the configured team store
+    (None: there is none, or it cannot be written: warned once, counted, never raised)."""
     if not cfg.team_store or record.decision != "kernel":  # Note [what a publish replaces]: winners only
         return None
     team = TeamStore(cfg.team_store)  # not team_store(cfg): a missing directory is warned about (and counted) below
     try:
-        done = team.publish(record)
+        done = team.publish(record, search)
     except TeamStoreUnavailable as e:
         warn_unavailable(team, str(e))
         return None

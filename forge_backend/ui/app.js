@@ -4,7 +4,10 @@
 "use strict";
 
 const POLL_MS = 2000;
-const state = { list: [], key: null, search: null, node: null, nodeId: null, tab: null, now: 0, view: "searches" };
+const state = {
+  list: [], key: null, search: null, node: null, nodeId: null, tab: null, now: 0, view: "searches",
+  from: "local",  // whose search tree is open: this cache's, or the team store's (?from=team)
+};
 const kstate = { body: null, tier: null, key: null, record: null, tab: null };
 
 function el(tag, cls, text) {
@@ -75,7 +78,7 @@ function renderList() {
   $("empty").hidden = state.list.length > 0;
   for (const s of state.list) {
     if (q && !listText(s).includes(q)) continue;
-    const li = el("li", s.key === state.key ? "selected" : "");
+    const li = el("li", s.key === state.key && state.from === "local" ? "selected" : "");
     const head = el("div");
     head.appendChild(el("span", `badge ${s.state}`, s.state));
     if (s.decision) head.appendChild(el("span", `badge ${s.decision}`, s.decision));
@@ -110,11 +113,23 @@ function renderQueue(queued) {
 
 // ---- one search and its tree -------------------------------------------------------------------------------------
 
-async function selectSearch(key, nodeId) {
+// The page's address of the open search (and node): KEY[/N], or team/KEY[/N] for a tree of the team store.
+function searchHash() {
+  const node = state.nodeId === null ? "" : `/${state.nodeId}`;
+  return state.key ? `${state.from === "team" ? "team/" : ""}${state.key}${node}` : "";
+}
+
+function fromQuery(extra) {
+  const parts = [state.from === "team" ? "from=team" : "", extra || ""].filter((x) => x);
+  return parts.length ? `?${parts.join("&")}` : "";
+}
+
+async function selectSearch(key, nodeId, from) {
   state.key = key;
+  state.from = from || "local";
   state.node = null;
   state.nodeId = nodeId === undefined ? null : nodeId;
-  location.hash = key + (state.nodeId === null ? "" : `/${state.nodeId}`);
+  location.hash = searchHash();
   renderList();
   $("node").hidden = true;
   await refreshSearch();
@@ -124,7 +139,7 @@ async function selectSearch(key, nodeId) {
 async function refreshSearch() {
   if (!state.key) return;
   try {
-    state.search = await getJSON(`/api/searches/${state.key}`);
+    state.search = await getJSON(`/api/searches/${state.key}${fromQuery()}`);
   } catch (e) {
     $("search").hidden = false;
     $("search-title").textContent = state.key;
@@ -139,7 +154,7 @@ async function refreshSearch() {
 function renderSearch(v) {
   const s = v.listing;
   $("search").hidden = false;
-  $("search-title").textContent = `${s.op}  ${s.tensors}`;
+  $("search-title").textContent = `${state.from === "team" ? "team store: " : ""}${s.op}  ${s.tensors}`;
   $("search-reason").className = "";
   $("search-reason").textContent = s.state === "live"
     ? `searching: ${s.iterations} of ${s.iterations_budget} iterations` : s.reason;
@@ -213,9 +228,9 @@ function renderTree(v) {
 
 async function selectNode(id, against) {
   if (!state.node || state.node.id !== id) state.tab = null;  // a new node opens on its own default tab
-  const base = against === undefined || against === null ? "" : `?against=${against}`;
+  const base = fromQuery(against === undefined || against === null ? "" : `against=${against}`);
   state.nodeId = id;
-  location.hash = `${state.key}/${id}`;
+  location.hash = searchHash();
   for (const r of document.querySelectorAll(".tree .row")) r.classList.remove("selected");
   let node;
   try {
@@ -435,9 +450,13 @@ function renderKernel(rec) {
     b.addEventListener("click", () => { kstate.tab = name; renderKernel(rec); });
     nav.appendChild(b);
   }
-  if (r.has_search) {
-    const b = el("button", "link", "its search tree");
-    b.addEventListener("click", () => { showView("searches"); selectSearch(r.key); });
+  if (r.has_search) {  // this cache's search of it, or the teammate's that the team store holds
+    const team = r.tier === "team";
+    const b = el("button", "link", team ? "its search tree (a teammate's)" : "its search tree");
+    b.addEventListener("click", () => {
+      showView("searches");
+      selectSearch(r.key, undefined, team ? "team" : "local");
+    });
     nav.appendChild(b);
   }
   $("ktab-body").textContent = tabs[kstate.tab]();
@@ -449,7 +468,7 @@ async function tick() {
   if (state.view !== "searches") return;  // the kernels view reads the tiers when opened or refreshed
   try {
     await refreshList();
-    const sel = state.list.find((s) => s.key === state.key);
+    const sel = state.from === "local" && state.list.find((s) => s.key === state.key);
     if (sel && sel.state === "live") {
       await refreshSearch();
       if (state.node && state.node.status === "pending") await selectNode(state.nodeId);
@@ -465,7 +484,7 @@ $("krefresh").addEventListener("click", refreshKernels);
 $("show-kernels").addEventListener("click", () => openKernels(kstate.tier, kstate.key));
 $("show-searches").addEventListener("click", () => {
   showView("searches");
-  location.hash = state.key ? state.key + (state.nodeId === null ? "" : `/${state.nodeId}`) : "";
+  location.hash = searchHash();
   tick();
 });
 
@@ -476,8 +495,9 @@ $("show-searches").addEventListener("click", () => {
     await openKernels(parts[1], parts[2]);
   } else {
     await tick();
-    const [key, node] = parts;
-    if (key) await selectSearch(key, node === undefined || node === "" ? undefined : Number(node));
+    const from = parts[0] === "team" ? "team" : "local";
+    const [key, node] = from === "team" ? parts.slice(1) : parts;
+    if (key) await selectSearch(key, node === undefined || node === "" ? undefined : Number(node), from);
   }
   setInterval(tick, POLL_MS);
 })();

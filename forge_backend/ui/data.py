@@ -71,12 +71,20 @@ def _state(finished_at: float | None, stop_reason: str, mtime: float, now: float
     return "live"
 
 
+# A search record file, at most: 50 candidates with their sources and logs are a few MB; a team store's file is
+# another machine's (Note [a search tree beside a team's kernel] in store/team.py).
+MAX_SEARCH_BYTES = 64 * 1024 * 1024
+
+
 def load(directory: Path, key: str) -> tuple[SearchRecord, float]:
     """The record of ``key`` in ``directory`` and its file's mtime. FileNotFoundError when there is none;
-    CorruptRecord when its file does not read back."""
+    CorruptRecord when its file does not read back or is over MAX_SEARCH_BYTES."""
     path = directory / f"{key}.json"
-    mtime = path.stat().st_mtime
-    return SearchRecord.load(path), mtime
+    st = path.stat()
+    if st.st_size > MAX_SEARCH_BYTES:
+        raise CorruptRecord(f"{path.name} is {st.st_size:,} bytes, over the {MAX_SEARCH_BYTES:,} a search record "
+                            "may have")
+    return SearchRecord.load(path), st.st_mtime
 
 
 class Listings:

@@ -66,7 +66,7 @@ class KernelRow:
     speedup_vs_eager: float | None = None
     speedup_vs_inductor: float | None = None
     pct_bw: float | None = None
-    has_search: bool = False  # this cache directory holds the search record of the key
+    has_search: bool = False  # its tier holds the search that found it (local: this cache's; team: a teammate's)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -142,8 +142,21 @@ class KernelTiers:
         return {"cache_dir": str(self.cache_dir), "tiers": [dataclasses.asdict(s) for s in states],
                 "kernels": [r.to_json() for r in rows]}
 
+    def tree_dir(self, tier: str) -> Path | None:
+        """Where a tier keeps the search records that found its kernels: this cache's searches, the team store's
+        (Note [a search tree beside a team's kernel] in store/team.py); None for the shipped records."""
+        if tier == "local":
+            return self.searches_dir
+        if tier == "team" and self.team is not None:
+            return self.team.searches_dir
+        return None
+
+    def _has_tree(self, tier: str, key: str) -> bool:
+        where = self.tree_dir(tier)
+        return where is not None and (where / f"{key}.json").is_file()
+
     def _row(self, tier: str, key: str, reader: RecordReader) -> KernelRow:
-        has_search = (self.searches_dir / f"{key}.json").is_file()
+        has_search = self._has_tree(tier, key)
         stamp = _stamp(reader, key)
         with self._lock:
             seen = self._rows.get((tier, key))
@@ -173,7 +186,7 @@ class KernelTiers:
             return f"the {tier} tier ({state.where}) holds no record of {key[:16]}"
         holders = [name for name in TIERS if readers[name][0] is not None and key in readers[name][0]]
         return record_json(rec, tier, answers=_answering(readers, key), in_tiers=holders,
-                           has_search=(self.searches_dir / f"{key}.json").is_file())
+                           has_search=self._has_tree(tier, key))
 
 
 def _stamp(reader: RecordReader, key: str) -> tuple[int, int, int] | None:

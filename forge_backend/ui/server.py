@@ -7,6 +7,8 @@ Routes, all GET (anything else is 405):
     /api/searches/KEY                   one search and its nodes, without sources
     /api/searches/KEY/nodes/N           one node whole: source, diff against its parent, plan, logs, reports
     /api/searches/KEY/nodes/N?against=M the same, its diff and changed params against node M
+    ...?from=team                       the search and node views of a tree the team store holds (Note [a search
+                                         tree beside a team's kernel] in store/team.py); from=local is the default
     /api/kernels                        {"cache_dir", "tiers": [TierState, ...], "kernels": [KernelRow, ...]}: the
                                          records a compile here can use, local, team and shipped (ui/kernels.py)
     /api/kernels/TIER/KEY               one tier's record of KEY whole: card, source, plan, verification, timings
@@ -114,10 +116,11 @@ class UiServer(ThreadingHTTPServer):
             return {"cache_dir": str(self.cache_dir), "searches_dir": str(self.searches_dir), "now": time.time(),
                     "searches": [e.to_json() for e in self.listings()], "queued": data.queued(self.cache_dir)}
         if m := _NODE.match(path):
-            against = _against(query)
-            return self._read(lambda k: data.node_view(self.searches_dir, k, int(m.group(2)), against), m.group(1))
+            against, where = _against(query), self._trees(query)
+            return self._read(lambda k: data.node_view(where, k, int(m.group(2)), against), m.group(1), where)
         if m := _SEARCH.match(path):
-            return self._read(lambda k: data.search_view(self.searches_dir, k), m.group(1))
+            where = self._trees(query)
+            return self._read(lambda k: data.search_view(where, k), m.group(1), where)
         if path == "/api/kernels":
             return self.kernels.listing()
         if m := _KERNEL.match(path):
@@ -128,13 +131,25 @@ class UiServer(ThreadingHTTPServer):
         super().server_close()
         self.kernels.close()
 
-    def _read(self, view: Any, key: str) -> Any:
+    def _trees(self, query: str) -> Path:
+        """The searches directory ``?from=`` names: this cache's (``local``, the default) or the team store's."""
+        name = (parse_qs(query).get("from") or ["local"])[0]
+        if name not in ("local", "team"):
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"from={name[:20]!r}: search trees are read from local or team")
+        where = self.kernels.tree_dir(name)
+        if where is None:
+            raise ApiError(HTTPStatus.NOT_FOUND, "no team store is configured (KFORGE_TEAM_STORE, or kforge ui "
+                                                 "--team-dir DIR)")
+        return where
+
+    def _read(self, view: Any, key: str, where: Path | None = None) -> Any:
         if not is_key(key):  # a key names a file: nothing else may
             raise ApiError(HTTPStatus.BAD_REQUEST, f"{key[:80]!r} is not a signature key (64 lowercase hex digits)")
         try:
             return view(key)
         except FileNotFoundError:
-            raise ApiError(HTTPStatus.NOT_FOUND, f"no search record for {key[:16]} in {self.searches_dir}") from None
+            raise ApiError(HTTPStatus.NOT_FOUND,
+                           f"no search record for {key[:16]} in {where or self.searches_dir}") from None
         except IndexError as e:
             raise ApiError(HTTPStatus.NOT_FOUND, str(e)) from None
         except CorruptRecord as e:
