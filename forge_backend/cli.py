@@ -145,7 +145,9 @@ def prewarm(model_spec: Optional[str] = typer.Argument(None, help="FILE.py[::SET
             queued: bool = typer.Option(False, "--queued", help="Search the misses compiles queued (search='queue', "
                                                                  "or past their budget) instead of a model."),
             json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the final table as JSON here "
-                                                                          "(with the GPU, torch and the budget).")
+                                                                          "(with the GPU, torch and the budget)."),
+            shard: Optional[str] = typer.Option(None, help="I/N: search only this machine's share of N (machines "
+                                                           "that share a team store split a model's searches).")
             ) -> None:
     """Search every operator signature of a model ahead of time. Resumable: a rerun skips finished searches."""
     import torch
@@ -161,6 +163,7 @@ def prewarm(model_spec: Optional[str] = typer.Argument(None, help="FILE.py[::SET
                                  "families": families or None}.items() if v is not None}
     with kforge_errors():  # bad options and model specs: one line, before the model is built
         _check_budget(iterations, seconds_per_op, gpus)
+        shard_ = pw.parse_shard(shard) if shard is not None else None  # Note [a prewarm split across machines]
         if json_out is not None and not json_out.expanduser().parent.is_dir():  # not after an hour of searching
             raise BadOption(f"--json {json_out}: the directory {json_out.expanduser().parent} does not exist")
         cfg = KforgeConfig.load(options)
@@ -189,7 +192,11 @@ def prewarm(model_spec: Optional[str] = typer.Argument(None, help="FILE.py[::SET
         console.print(f"{len(other)} queued signatures are for another arch than {arch_of(device)}: left in the "
                       "queue for a prewarm on such a GPU")
     store = LocalStore(cfg.cache_dir)
-    items = pw.plan(cards_, pw.profile_cards(cards_, device), cfg, store, force=force, shipped=ShippedStore())
+    items = pw.plan(cards_, pw.profile_cards(cards_, device), cfg, store, force=force, shipped=ShippedStore(),
+                    shard=shard_)
+    if shard_ is not None and not cfg.team_store:
+        console.print(f"--shard {shard}: no team store is configured (KFORGE_TEAM_STORE), so the other shards' "
+                      "kernels will not reach this machine", style="yellow")
     todo = [i for i in items if i.status in ("search", "shipped")]
     console.print(f"{sum(i.status == 'search' for i in items)} to search and "
                   f"{sum(i.status == 'shipped' for i in items)} shipped to re-verify on {n_gpus} GPU(s), "
@@ -226,7 +233,7 @@ def prewarm(model_spec: Optional[str] = typer.Argument(None, help="FILE.py[::SET
     _print_prewarm_table(final)
     if json_out is not None:
         with kforge_errors():
-            _write_prewarm_json(json_out, final, cfg, iterations, seconds_per_op, model_spec, device)
+            _write_prewarm_json(json_out, final, cfg, iterations, seconds_per_op, model_spec, device, shard)
         console.print(f"wrote {json_out}")
     resolved = MissQueue(cfg.cache_dir).prune(store)  # Note [a miss kept for later] in store/queue.py
     if resolved:
@@ -234,7 +241,7 @@ def prewarm(model_spec: Optional[str] = typer.Argument(None, help="FILE.py[::SET
 
 
 def _write_prewarm_json(path: Path, results, cfg, iterations: int, seconds_per_op: float, model_spec: str | None,
-                        device) -> None:
+                        device, shard: str | None = None) -> None:
     """The final table as JSON, with what it was measured on and with what budget."""
     import datetime
     import json
@@ -246,7 +253,7 @@ def _write_prewarm_json(path: Path, results, cfg, iterations: int, seconds_per_o
 
     doc = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "gpu": torch.cuda.get_device_name(device), "torch": torch.__version__, "kforge": __version__,
-           "model_spec": model_spec or "--queued", "iterations": iterations, "seconds_per_op": seconds_per_op,
+           "model_spec": model_spec or "--queued", "shard": shard, "iterations": iterations, "seconds_per_op": seconds_per_op,
            "proposer": cfg.proposer, "inner": cfg.inner, "cache_dir": str(cfg.cache_dir),
            "expected_saving": sum(r.expected_gain for r in results), "results": [r.to_json() for r in results]}
     atomic_write(path.expanduser(), (json.dumps(finite(doc), indent=1, allow_nan=False) + "\n").encode())

@@ -132,10 +132,39 @@ def _eager_us(timer, card: OperatorCard, inputs: list) -> float:
     return timer.time(lambda: call_aten(sig, inputs), warmup=3, repeats=10).median_us
 
 
+def in_shard(key: str, shard: tuple[int, int] | None) -> bool:
+    """Whether the signature ``key`` is searched by shard ``(i, n)`` of Note [a prewarm split across machines]."""
+    return shard is None or int(key, 16) % shard[1] == shard[0]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` as (i, n) with 0 <= i < n; BadOption otherwise."""
+    from .errors import BadOption
+
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise BadOption(f"kforge prewarm --shard {text!r}: give I/N, e.g. 0/4 (this machine's share of 4)") from None
+    if not 0 <= i < n:
+        raise BadOption(f"kforge prewarm --shard {text}: I must be in 0..N-1")
+    return i, n
+
+
+# Note [a prewarm split across machines]
+# ``kforge prewarm MODEL --shard I/N`` on N machines that share a team store (store/team.py) searches each signature
+# on one machine: shard I takes the signatures whose key, a sha256, is I modulo N. The key says which, not the
+# profile, which differs a little from machine to machine, so every signature lands in exactly one shard whatever
+# each machine measured. Each search publishes its kernel to the team as it finishes; a later plain ``kforge prewarm
+# MODEL`` (or a compile) on any machine takes the team's records after re-verifying them (Note [a shipped record in
+# a prewarm]). A signature of another shard is skipped, and one this machine's cache or the team already decided is
+# taken as usual: the shard limits searches only.
+
+
 def plan(cards: list[OperatorCard], eager_us: dict[str, float], cfg: KforgeConfig, store, force: bool = False,
-         shipped=None) -> list[PlanItem]:
+         shipped=None, shard: tuple[int, int] | None = None) -> list[PlanItem]:
     """Each card's share of the profiled time and what run() does with it; ``shipped`` (a ShippedStore or None) is
-    the tier of Note [a shipped record in a prewarm], after the configured team store."""
+    the tier of Note [a shipped record in a prewarm], after the configured team store; ``shard`` (i, n) searches
+    only the signatures of Note [a prewarm split across machines]."""
     from .runtime.search_runner import template_gap
     from .store.shipped import Tiers
     from .store.team import team_store
@@ -156,6 +185,8 @@ def plan(cards: list[OperatorCard], eager_us: dict[str, float], cfg: KforgeConfi
             status = f"skipped: {share:.2%} of the time is under min_share {cfg.min_share:.2%}"
         elif cfg.proposer == "templates" and (gap := template_gap(c)) is not None:
             status = f"skipped: {gap}"
+        elif not in_shard(c.key, shard):
+            status = f"skipped: shard {int(c.key, 16) % shard[1]}/{shard[1]}'s (another machine's)"
         else:
             status = "search"
         items.append(PlanItem(c, eager_us[c.key], share, status, found if status == "shipped" else None))

@@ -127,6 +127,9 @@ def test_a_file_spec_with_one_colon_says_how_to_name_a_variant():
     (["--proposer", "bogus"], "kforge option proposer='bogus' is not valid"),
     (["--proposer", "[red]x"], "kforge option proposer='[red]x' is not valid"),  # printed as given, not as markup
     (["--min-share", "2"], "kforge option min_share=2.0 must be in [0, 1)"),
+    (["--shard", "4/4"], "kforge prewarm --shard 4/4: I must be in 0..N-1"),
+    (["--shard", "1/0"], "kforge prewarm --shard 1/0: I must be in 0..N-1"),
+    (["--shard", "half"], "kforge prewarm --shard 'half': give I/N, e.g. 0/4"),
 ])
 def test_prewarm_refuses_bad_flags_before_building_the_model(flags, message):
     out = runner.invoke(app, ["prewarm", QUICKSTART, *flags])
@@ -431,3 +434,24 @@ def test_prewarm_json_holds_the_final_table_and_what_it_ran_on(tmp_path, monkeyp
                                                                                           1.5, 50.0)
     assert k["iterations_to_best"] == 3 and k["inputs"].startswith(cards[0].inputs[0].spec.dtype.replace("torch.", ""))
     assert b["status"] == "busy" and b["decision"] is None and b["eager_us"] is None  # NaN is not JSON
+
+
+def test_shards_split_the_searches_so_each_signature_is_searched_once(tmp_path):
+    """Note [a prewarm split across machines]: by key, whatever each machine's profile."""
+    from forge_backend.prewarm import parse_shard
+
+    cards = model_cards(QUICKSTART).cards
+    cfg = KforgeConfig.load({"cache_dir": str(tmp_path)}, env={})
+    whole = plan(cards, {c.key: 1.0 for c in cards}, cfg, FakeStore([]))
+    searched = {i.card.key for i in whole if i.status == "search"}
+    assert len(searched) >= 2
+    shards = []
+    for i in range(3):
+        eager = {c.key: 1.0 + 0.1 * i * n for n, c in enumerate(cards)}  # each machine profiles a little differently
+        items = plan(cards, eager, cfg, FakeStore([]), shard=parse_shard(f"{i}/3"))
+        shards.append({x.card.key for x in items if x.status == "search"})
+        assert all(x.status.startswith("skipped: shard") for x in items if x.card.key in searched - shards[-1])
+    assert set().union(*shards) == searched and sum(map(len, shards)) == len(searched)
+    decided = next(iter(searched))
+    items = plan(cards, {c.key: 1.0 for c in cards}, cfg, FakeStore([decided]), shard=(0, 1000003))
+    assert {i.card.key: i.status for i in items}[decided] == "cached"  # a decision is taken whatever the shard
