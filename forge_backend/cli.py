@@ -253,8 +253,9 @@ def _write_prewarm_json(path: Path, results, cfg, iterations: int, seconds_per_o
 
     doc = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "gpu": torch.cuda.get_device_name(device), "torch": torch.__version__, "kforge": __version__,
-           "model_spec": model_spec or "--queued", "shard": shard, "iterations": iterations, "seconds_per_op": seconds_per_op,
-           "proposer": cfg.proposer, "inner": cfg.inner, "cache_dir": str(cfg.cache_dir),
+           "model_spec": model_spec or "--queued", "shard": shard, "iterations": iterations,
+           "seconds_per_op": seconds_per_op, "proposer": cfg.proposer, "inner": cfg.inner,
+           "cache_dir": str(cfg.cache_dir),
            "expected_saving": sum(r.expected_gain for r in results), "results": [r.to_json() for r in results]}
     atomic_write(path.expanduser(), (json.dumps(finite(doc), indent=1, allow_nan=False) + "\n").encode())
 

@@ -6,9 +6,9 @@ where an interrupted one stopped), those without a template family (unless the L
 ``min_share``; then search the rest, biggest share first, one search worker per GPU. Each finished search is
 stored at once, so Ctrl-C loses only the search in flight. A signature that another process is searching is
 waited for and its record taken (Note [one search of a signature at a time] in store/claims.py). A signature that
-kforge ships a record for (Note [a shipped record in a prewarm]) is re-verified on this GPU instead of searched. With ``inner="inductor"``
-(the default) each kernel found is also timed against Inductor's own single op, as the first compile would
-otherwise do (Note [the baseline inside Inductor]), so that compile finds the time in the record and the final table
+kforge ships a record for (Note [a shipped record in a prewarm]) is re-verified on this GPU instead of searched.
+With ``inner="inductor"`` (the default) each kernel found is also timed against Inductor's own single op, as the
+first compile would otherwise do (Note [the baseline inside Inductor]), so that compile finds the time in the record and the final table
 shows it.
 """
 from __future__ import annotations
