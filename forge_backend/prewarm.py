@@ -8,8 +8,8 @@ stored at once, so Ctrl-C loses only the search in flight. A signature that anot
 waited for and its record taken (Note [one search of a signature at a time] in store/claims.py). A signature that
 kforge ships a record for (Note [a shipped record in a prewarm]) is re-verified on this GPU instead of searched.
 With ``inner="inductor"`` (the default) each kernel found is also timed against Inductor's own single op, as the
-first compile would otherwise do (Note [the baseline inside Inductor]), so that compile finds the time in the record and the final table
-shows it.
+first compile would otherwise do (Note [the baseline inside Inductor]), so that compile finds the time in the
+record and the final table shows it.
 """
 from __future__ import annotations
 
