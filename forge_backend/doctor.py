@@ -1,10 +1,12 @@
 """`kforge doctor`: what works on this machine and what to do about the rest."""
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 from .config import KforgeConfig
 from .errors import BadOption, KforgeError
@@ -101,7 +103,45 @@ def _cache(cfg: KforgeConfig) -> Check:
 
     queued = len(MissQueue(cfg.cache_dir).keys())  # Note [a miss kept for later] in store/queue.py
     todo = f"; {queued} missed signatures queued: search them with kforge prewarm --queued" if queued else ""
-    return Check("cache", True, f"{cfg.cache_dir} (KFORGE_CACHE_DIR){todo}")
+    return Check("cache", True, f"{cfg.cache_dir} (KFORGE_CACHE_DIR): {_holdings(cfg.cache_dir)}{todo}")
+
+
+def _holdings(cache_dir: Path) -> str:
+    """What a cache directory holds: its records by decision, its search trees and its size on disk. The store is
+    opened only where its database exists (doctor creates none)."""
+    from .store.local import LocalStore, searches_dir
+
+    parts = []
+    if (cache_dir / "records" / "cache.db").is_file():
+        with LocalStore(cache_dir) as store:
+            st = store.stats()
+        corrupt = f", {st['corrupt']} corrupt (kforge cache verify)" if st["corrupt"] else ""
+        parts.append(f"{st['entries']} records ({st['kernel']} kernels, {st['pytorch']} kept PyTorch{corrupt})")
+    else:
+        parts.append("no records yet")
+    trees = searches_dir(cache_dir)
+    parts.append(f"{sum(1 for _ in trees.glob('*.json')) if trees.is_dir() else 0} search trees")
+    parts.append(f"{_in_units(_size(cache_dir))} on disk")
+    return ", ".join(parts)
+
+
+def _in_units(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _size(directory: Path) -> int:
+    """The bytes of every file under ``directory`` (files that vanish while it is walked are left out)."""
+    total = 0
+    for root, _, files in os.walk(directory):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name), follow_symlinks=False).st_size
+            except OSError:
+                continue
+    return total
 
 
 def _team(cfg: KforgeConfig) -> Check | None:

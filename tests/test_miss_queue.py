@@ -227,6 +227,21 @@ def test_doctor_says_how_many_misses_wait_in_the_queue(tmp_path):
 
     cfg = KforgeConfig.load({"cache_dir": str(tmp_path)}, env={})
     assert "queued" not in doctor._cache(cfg).detail
+    assert "no records yet, 0 search trees" in doctor._cache(cfg).detail
+    assert not (tmp_path / "records").exists(), "doctor created no store"
     MissQueue(tmp_path).add(card(), "x")
     check = doctor._cache(cfg)
     assert check.ok and "1 missed signatures queued" in check.detail and "kforge prewarm --queued" in check.detail
+
+
+def test_doctor_says_what_the_cache_holds(tmp_path):
+    from forge_backend import doctor
+
+    with LocalStore(tmp_path) as store:
+        store.put(make_record(64))
+        store.put(make_record(128, decision="pytorch"))
+        store.put_search(make_record(64).key, {"nodes": []})
+    detail = doctor._cache(KforgeConfig.load({"cache_dir": str(tmp_path)}, env={})).detail
+    assert "2 records (1 kernels, 1 kept PyTorch), 1 search trees" in detail
+    size = sum(f.stat().st_size for f in tmp_path.rglob("*") if f.is_file())
+    assert f", {size / 1e3:.1f} KB on disk" in detail or f", {size / 1e6:.1f} MB on disk" in detail, (detail, size)
