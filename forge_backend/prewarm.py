@@ -13,6 +13,7 @@ record and the final table shows it.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -157,7 +158,8 @@ def parse_shard(text: str) -> tuple[int, int]:
 # each machine measured. Each search publishes its kernel to the team as it finishes; a later plain ``kforge prewarm
 # MODEL`` (or a compile) on any machine takes the team's records after re-verifying them (Note [a shipped record in
 # a prewarm]). A signature of another shard is skipped, and one this machine's cache or the team already decided is
-# taken as usual: the shard limits searches only.
+# taken as usual: the shard limits searches only. Without shards, machines that prewarm at once split the searches
+# as they go (Note [a search a teammate is running] in store/team_markers.py); shards fix the split in advance.
 
 
 def plan(cards: list[OperatorCard], eager_us: dict[str, float], cfg: KforgeConfig, store, force: bool = False,
@@ -201,8 +203,9 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
     """Search every item marked "search" and re-verify every item marked "shipped" (searching it if its record
     fails), ``gpus`` at a time (one worker process per GPU), each under the claims of Note [one search of a signature
     at a time] (store/claims.py): an item another process is searching waits for it (at most ``wait_s``, default
-    PREWARM_WAIT_S) and takes its record. ``search``, ``make_client`` and ``reverify`` default to the real search,
-    worker and re-verification; tests inject fakes."""
+    PREWARM_WAIT_S) and takes its record. With a team store, an item another machine is searching is left for after
+    the others (Note [a search a teammate is running] in store/team_markers.py). ``search``, ``make_client`` and
+    ``reverify`` default to the real search, worker and re-verification; tests inject fakes."""
     from .store.claims import PREWARM_WAIT_S, ClaimBusy, search_claims
     from .store.local import LocalStore
 
@@ -222,8 +225,18 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
     lock = threading.Lock()
     free = list(range(max(gpus, 1)))
     clients = {g: make_client(g) for g in free}
+    markers = _team_markers(cfg)
+    wait = PREWARM_WAIT_S if wait_s is None else wait_s
 
-    def one(item: PlanItem) -> PrewarmResult:
+    def one(item: PlanItem, later: bool = False) -> PrewarmResult | None:
+        if not later and markers is not None and item.status == "search":
+            teammate = markers.running_elsewhere(item.card.key)
+            if teammate is not None:  # Note [a search a teammate is running]: after the others
+                log.info("kforge: %s is being searched by %s; coming back to it", item.card.op, teammate.describe())
+                if on_progress is not None:
+                    on_progress(Progress(item.card.key, 0, iterations, None, None,
+                                         waiting=f"{teammate.describe()} (after the others)"))
+                return None
         with lock:
             gpu = free.pop()
         spent = {"tokens": 0, "cost_usd": 0.0}
@@ -242,15 +255,18 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
                     on_progress(Progress(item.card.key, 0, iterations, None, None, waiting=who))
 
             started = time.time()
+            what = f"kforge prewarm's search of {item.card.op}"
             try:
-                with search_claims(cfg.cache_dir, item.card.key, gpu_name(gpu), f"kforge prewarm's search of "
-                                   f"{item.card.op}", PREWARM_WAIT_S if wait_s is None else wait_s, waiting) as waited:
+                if later:  # the teammate's search it was left for: wait for it to end, take what it published
+                    item = _after_teammate(item, markers, wait, waiting)
+                with search_claims(cfg.cache_dir, item.card.key, gpu_name(gpu), what, wait, waiting) as waited:
                     res = _searched_elsewhere(item, store) if waited else None
                     if res is None and item.status == "shipped":
                         res = _take_shipped(item, cfg, clients[gpu], store, reverify)
                     if res is None:
-                        out = search(item.card, cfg, clients[gpu], store, iterations, seconds_per_op,
-                                     on_progress=progress)
+                        with markers.searching(item.card.key, what) if markers else contextlib.nullcontext():
+                            out = search(item.card, cfg, clients[gpu], store, iterations, seconds_per_op,
+                                         on_progress=progress)
                         res = _result(item, out)
                     if cfg.inner == "inductor" and res.inductor_us is None:
                         res.inductor_us = _inductor_time(item.card, store, clients[gpu])
@@ -268,12 +284,47 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
 
     try:
         with ThreadPoolExecutor(max_workers=len(clients)) as pool:
-            for res in pool.map(one, todo):
-                results.append(res)
+            first = list(pool.map(one, todo))
+            results += [r for r in first if r is not None]
+            left = [i for i, r in zip(todo, first) if r is None]  # being searched by a teammate when their turn came
+            results += list(pool.map(lambda i: one(i, later=True), left))
     finally:
         for c in clients.values():
             c.close()
     return results
+
+
+MARKER_POLL_S = 5.0  # how often a prewarm looks whether a teammate's search it waits for has ended
+
+
+def _team_markers(cfg: KforgeConfig):
+    """The markers of the configured team store (Note [a search a teammate is running]); None without one."""
+    from .store.team import team_store
+    from .store.team_markers import TeamMarkers
+
+    team = team_store(cfg)
+    return TeamMarkers(team) if team is not None and team.directory.is_dir() else None
+
+
+def _after_teammate(item: PlanItem, markers, wait_s: float, waiting: Callable) -> PlanItem:
+    """Wait (at most ``wait_s``) for the teammate's search of ``item`` to end; the item with the record the team now
+    holds (re-verified like a shipped one), or as it was when the team holds none. ClaimBusy past ``wait_s``."""
+    import dataclasses
+
+    from .store.claims import ClaimBusy
+    from .store.team import TeamStore
+
+    deadline = time.monotonic() + wait_s
+    teammate = markers.running_elsewhere(item.card.key)
+    if teammate is not None:
+        waiting(teammate)
+    while teammate is not None:
+        if time.monotonic() >= deadline:
+            raise ClaimBusy(f"a teammate was still searching it after {wait_s:.3g} s ({teammate.describe()})", None)
+        time.sleep(min(MARKER_POLL_S, max(deadline - time.monotonic(), 0.0)))
+        teammate = markers.running_elsewhere(item.card.key)
+    found = TeamStore(markers.directory.parent).get(item.card.key)
+    return item if found is None else dataclasses.replace(item, status="shipped", shipped=found)
 
 
 def _searched_elsewhere(item: PlanItem, store) -> PrewarmResult | None:
