@@ -264,7 +264,8 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
                     if res is None and item.status == "shipped":
                         res = _take_shipped(item, cfg, clients[gpu], store, reverify)
                     if res is None:
-                        with markers.searching(item.card.key, what) if markers else contextlib.nullcontext():
+                        marked = markers.searching(item.card.key, what) if markers is not None else None
+                        with marked or contextlib.nullcontext():
                             out = search(item.card, cfg, clients[gpu], store, iterations, seconds_per_op,
                                          on_progress=progress)
                         res = _result(item, out)
@@ -294,16 +295,12 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
     return results
 
 
-MARKER_POLL_S = 5.0  # how often a prewarm looks whether a teammate's search it waits for has ended
-
-
 def _team_markers(cfg: KforgeConfig):
     """The markers of the configured team store (Note [a search a teammate is running]); None without one."""
     from .store.team import team_store
-    from .store.team_markers import TeamMarkers
+    from .store.team_markers import markers_of
 
-    team = team_store(cfg)
-    return TeamMarkers(team) if team is not None and team.directory.is_dir() else None
+    return markers_of(team_store(cfg))
 
 
 def _after_teammate(item: PlanItem, markers, wait_s: float, waiting: Callable) -> PlanItem:
@@ -314,15 +311,9 @@ def _after_teammate(item: PlanItem, markers, wait_s: float, waiting: Callable) -
     from .store.claims import ClaimBusy
     from .store.team import TeamStore
 
-    deadline = time.monotonic() + wait_s
-    teammate = markers.running_elsewhere(item.card.key)
+    teammate = markers.wait_until_done(item.card.key, wait_s, waiting)
     if teammate is not None:
-        waiting(teammate)
-    while teammate is not None:
-        if time.monotonic() >= deadline:
-            raise ClaimBusy(f"a teammate was still searching it after {wait_s:.3g} s ({teammate.describe()})", None)
-        time.sleep(min(MARKER_POLL_S, max(deadline - time.monotonic(), 0.0)))
-        teammate = markers.running_elsewhere(item.card.key)
+        raise ClaimBusy(f"a teammate was still searching it after {wait_s:.3g} s ({teammate.describe()})", None)
     found = TeamStore(markers.directory.parent).get(item.card.key)
     return item if found is None else dataclasses.replace(item, status="shipped", shipped=found)
 

@@ -91,7 +91,7 @@ class FakeClient:
 
 
 def setup(tmp_path: Path, team: TeamStore, monkeypatch):
-    monkeypatch.setattr(pw, "MARKER_POLL_S", 0.05)
+    monkeypatch.setattr(tm, "POLL_S", 0.05)
     cfg = KforgeConfig.load({"cache_dir": str(tmp_path / "cache"), "inner": "eager",
                              "team_store": str(team.directory)}, env={})
     a, b = make_record(64), make_record(128)
@@ -163,3 +163,77 @@ def test_without_a_team_store_nothing_is_marked_or_left(tmp_path, team, monkeypa
         pw.run(items, cfg, 4, 10.0, 1, search=searching(calls), make_client=lambda g: FakeClient(),
                reverify=reverified, wait_s=1.0)
     assert calls == [a.key, b.key]
+
+
+# ---- a compile beside a teammate's search ---------------------------------------------------------------------------
+
+@pytest.fixture
+def compile_with_team(tmp_path: Path, team: TeamStore, monkeypatch):
+    """A provider with a team store, whose search, re-verification and loading are recording fakes."""
+    import time as time_
+
+    from torch._dynamo.utils import counters
+
+    from forge_backend.runtime import cuda_provider, search_runner
+
+    monkeypatch.setattr(tm, "POLL_S", 0.05)
+    cfg = KforgeConfig.load({"cache_dir": str(tmp_path / "cache"), "team_store": str(team.directory),
+                             "search": "on_miss", "inner": "eager"}, env={})
+    provider = cuda_provider.CudaProvider(cfg)
+    provider.store.shipped.directory = tmp_path / "no-shipped"
+    provider._client = object()
+    log: list[str] = []
+
+    def run_search(card_, cfg_, client, local, iterations, seconds):
+        log.append("search")
+        assert TeamMarkers(team).path(card_.key).exists(), "a compile's search is marked for the team"
+        rec = make_record(card_.sizes["rows"]).marked(source="local", trusted=True)
+        return SimpleNamespace(record=rec, seconds=0.1,
+                               result=SimpleNamespace(record=SimpleNamespace(reason="searched")))
+
+    monkeypatch.setattr(search_runner, "run_search", run_search)
+    monkeypatch.setattr(search_runner, "has_template", lambda c: True)
+    monkeypatch.setattr(cuda_provider, "reverify_record", lambda record, client, cfg_: (True, "re-verified (fake)"))
+    monkeypatch.setattr(cuda_provider, "impl_from_record", lambda c, r, cfg_: SimpleNamespace(key=r.key, src=r.source))
+    counters.clear()
+
+    def miss(card, seconds_left: float = 30.0):
+        return provider._kernel_for(card, cfg, time_.monotonic() + seconds_left)
+
+    return provider, miss, log, counters
+
+
+def test_a_compile_takes_the_kernel_of_the_teammate_it_waited_for(compile_with_team, team):
+    import threading
+
+    provider, miss, log, counters = compile_with_team
+    rec = make_record()
+    marker = elsewhere(team).searching(rec.key, "kforge prewarm's search of aten._softmax")
+    marker.__enter__()
+
+    def teammate_finishes() -> None:
+        time.sleep(0.3)
+        team.write(rec)
+        marker.__exit__(None, None, None)
+
+    t = threading.Thread(target=teammate_finishes)
+    t.start()
+    impl = miss(rec.card_obj())
+    t.join()
+    assert log == [] and impl.key == rec.key and impl.src == "local"  # re-verified, kept as this machine's copy
+    assert counters["kforge"]["searched_elsewhere"] == 1
+
+
+def test_a_compile_queues_a_miss_a_teammate_searches_past_its_budget(compile_with_team, team):
+    provider, miss, log, _ = compile_with_team
+    rec = make_record()
+    with elsewhere(team).searching(rec.key, "a long prewarm"):
+        assert miss(rec.card_obj(), seconds_left=0.3) is None
+    assert log == [] and "a long prewarm on another-host" in provider.queue.get(rec.key).why
+
+
+def test_a_compile_marks_its_own_search_for_the_team(compile_with_team, team):
+    provider, miss, log, _ = compile_with_team
+    rec = make_record()
+    assert miss(rec.card_obj()).key == rec.key and log == ["search"]
+    assert not TeamMarkers(team).path(rec.key).exists(), "its marker went when its search ended"

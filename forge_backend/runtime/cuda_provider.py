@@ -40,6 +40,7 @@ signature; the fusions Inductor would lose around each node are weighed per node
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -60,6 +61,7 @@ from ..store.queue import MissQueue
 from ..store.record import KernelRecord
 from ..store.shipped import ShippedStore, TieredStore
 from ..store.team import team_store
+from ..store.team_markers import markers_of
 from .inductor_baseline import inductor_us
 from .launch import Launcher
 from .nvrtc import compile_candidate
@@ -244,16 +246,22 @@ class CudaProvider:
             return self._queue(card, "the compile's search budget (search_seconds) was spent on other signatures")
         if not has_template(card):  # a compile searches with the templates only; prewarm may ask the LLM
             return self._queue(card, "no template family covers it; the LLM proposer can search it in a prewarm")
+        markers = markers_of(self.store.team)  # Note [a search a teammate is running] in store/team_markers.py
+        if markers is not None:
+            done, impl = self._after_teammate(card, cfg, markers, deadline)
+            if done:
+                return impl
+        what = f"a compile's search of {card.op}"
         try:  # Note [one search of a signature at a time] in store/claims.py
-            with search_claims(cfg.cache_dir, card.key, gpu_name(self._device_index()),
-                               f"a compile's search of {card.op}", max(deadline - time.monotonic(), 0.0),
-                               self._waiting(card)) as waited:
+            with search_claims(cfg.cache_dir, card.key, gpu_name(self._device_index()), what,
+                               max(deadline - time.monotonic(), 0.0), self._waiting(card)) as waited:
                 record = self.local.get(card.key) if waited else None
                 if record is not None:  # the process we waited for searched it
                     counters["kforge"]["searched_elsewhere"] += 1
                     return self._use_record(card, record, cfg)
-                outcome = run_search(card, cfg, self.client, self.local, iterations=cfg.search_iterations,
-                                     seconds=max(deadline - time.monotonic(), 1.0))
+                with markers.searching(card.key, what) if markers is not None else contextlib.nullcontext():
+                    outcome = run_search(card, cfg, self.client, self.local, iterations=cfg.search_iterations,
+                                         seconds=max(deadline - time.monotonic(), 1.0))
         except ClaimBusy as e:
             return self._queue(card, f"not searched by this compile: {e}")
         counters["kforge"]["searches"] += 1
@@ -263,6 +271,27 @@ class CudaProvider:
         if outcome.record.decision != "kernel":
             return None
         return self._use_record(card, outcome.record, cfg)
+
+    def _after_teammate(self, card: OperatorCard, cfg: KforgeConfig, markers, deadline: float
+                        ) -> tuple[bool, KernelImpl | None]:
+        """A miss another machine is searching: wait for it within the budget and take the team's record
+        (re-verified). (True, what to use) when that settles the card; (False, None) when this compile searches."""
+        waited = []
+
+        def say(marker) -> None:
+            waited.append(marker)
+            log.info("kforge: waiting for %s before searching %s", marker.describe(), card.op)
+
+        marker = markers.wait_until_done(card.key, max(deadline - time.monotonic(), 0.0), say)
+        if marker is not None:
+            why = f"not searched by this compile: {marker.describe()} was still searching it"
+            return True, self._queue(card, why)
+        record = self.store.team.get(card.key) if waited else None
+        if record is None:
+            return False, None
+        counters["kforge"]["searched_elsewhere"] += 1
+        impl = self._use_record(card, record, cfg)
+        return impl is not None or record.decision != "kernel", impl
 
     def _device_index(self) -> int:
         """The GPU this provider's worker searches on (the current one until the worker starts)."""

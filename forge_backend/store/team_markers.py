@@ -10,7 +10,9 @@ search that signature then: it goes on with the next ones and comes back to it a
 go (at most PREWARM_WAIT_S), and takes the team's record, re-verified on this GPU like a shipped one (Note [a shipped
 record in a prewarm] in prewarm.py); where the team holds none (the search found nothing, or failed) it searches it
 itself. So two machines that prewarm one model at once split its searches between them, each taking the other's
-kernels at the end, with no ``--shard`` (Note [a prewarm split across machines] in prewarm.py).
+kernels at the end, with no ``--shard`` (Note [a prewarm split across machines] in prewarm.py). A compile's search
+on a miss leaves a marker too, and a compile that meets another machine's waits for it within its search budget and
+takes the team's record (re-verified), else searches; past the budget it queues the miss (cuda_provider._miss).
 
 A marker is advisory. Two machines that look at once both search, as before, and the publish rule keeps the faster
 kernel (Note [what a publish replaces] in team.py). A machine that dies leaves a marker nobody touches: it is stale
@@ -29,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..fsutil import atomic_write
 from .record import check_key
@@ -39,6 +41,12 @@ log = logging.getLogger("kforge.store")
 
 HEARTBEAT_S = 30.0  # how often a running search touches its marker
 STALE_S = 120.0  # a marker untouched this long was left by a machine that stopped
+POLL_S = 5.0  # how often a waiter looks whether the search it waits for has ended
+
+
+def markers_of(team: TeamStore | None) -> "TeamMarkers | None":
+    """The markers of ``team``; None without a team store, or where its directory is missing."""
+    return TeamMarkers(team) if team is not None and team.directory.is_dir() else None
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,19 @@ class TeamMarkers:
             return None
         if (marker.host, marker.pid) == self.me or marker.age_s > STALE_S:
             return None
+        return marker
+
+    def wait_until_done(self, key: str, wait_s: float, on_wait: Callable[[Marker], None] | None = None
+                        ) -> Marker | None:
+        """Wait (at most ``wait_s``) until no other machine's fresh marker of ``key`` is left; None when none is,
+        else the marker still there after ``wait_s``. ``on_wait`` is called once, when the wait begins."""
+        deadline = time.monotonic() + wait_s
+        marker = self.running_elsewhere(key)
+        if marker is not None and on_wait is not None:
+            on_wait(marker)
+        while marker is not None and time.monotonic() < deadline:
+            time.sleep(min(POLL_S, max(deadline - time.monotonic(), 0.0)))
+            marker = self.running_elsewhere(key)
         return marker
 
     @contextlib.contextmanager
