@@ -6,6 +6,7 @@ Starts the UI's server (forge_backend/ui/server.py, the one `kforge ui` runs) on
 directory, runs COMMAND, and polls /api/searches every ``--every`` seconds until COMMAND exits. It writes to DIR:
 - ``polls.json``: each poll that differed from the one before (time, and each search's state, iterations and best);
 - ``views/KEY.json`` and ``views/KEY_best.json``: each search's view and its best node's, read after COMMAND ended;
+- ``views/kernels.json``: the kernels view (the record tiers a compile would use), read after COMMAND ended;
 - ``ui_watch.md``: a table of the polls, so a person can see searches go from live to finished.
 The device script runs it as its ``ui`` stage (benchmarks/run_device.sh). CPU-tested in tests/test_ui_watch.py.
 """
@@ -61,6 +62,7 @@ def save_views(base: str, polls: list[dict[str, Any]], out: Path) -> None:
         if view["best_id"] is not None:
             node = fetch(f"{base}api/searches/{s['key']}/nodes/{view['best_id']}")
             (views / f"{s['key']}_best.json").write_text(json.dumps(node, indent=1))
+    (views / "kernels.json").write_text(json.dumps(fetch(f"{base}api/kernels"), indent=1))
 
 
 def table(polls: list[dict[str, Any]], status: int) -> str:
@@ -99,7 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.shutdown()
         server.server_close()
-    (args.out / "ui_watch.md").write_text(table(polls, status))
+    kernels = json.loads((args.out / "views" / "kernels.json").read_text())
+    tiers = "; ".join(f"{t['name']}: {t['records']} records" if t["readable"] else f"{t['name']}: {t['problem']}"
+                      for t in kernels["tiers"])
+    answering = sum(k["answers"] for k in kernels["kernels"] if k["tier"] == "local")
+    (args.out / "ui_watch.md").write_text(table(polls, status) + f"\nKernels view after the command: {tiers}; "
+                                          f"{answering} local records answer a compile here.\n")
     print(table(polls, status)[-2000:])
     return status
 

@@ -47,3 +47,6 @@ def test_the_watch_sees_a_search_go_from_live_to_finished(tmp_path):
     assert view["listing"]["state"] == "finished" and best["id"] == view["best_id"] and best["source"]
     md = (out / "ui_watch.md").read_text()
     assert "(exit status 3)" in md and "| live |" in md and "| finished |" in md
+    kernels = json.loads((out / "views" / "kernels.json").read_text())
+    assert [t["name"] for t in kernels["tiers"]] == ["local", "team", "shipped"]
+    assert "Kernels view after the command: local: no local cache yet" in md
