@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -258,7 +258,9 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
             what = f"kforge prewarm's search of {item.card.op}"
             try:
                 if later:  # the teammate's search it was left for: wait for it to end, take what it published
-                    item = _after_teammate(item, markers, wait, waiting)
+                    found = markers.record_after(item.card.key, wait, waiting)
+                    if found is not None:  # re-verified like a shipped record
+                        item = replace(item, status="shipped", shipped=found)
                 with search_claims(cfg.cache_dir, item.card.key, gpu_name(gpu), what, wait, waiting) as waited:
                     res = _searched_elsewhere(item, store) if waited else None
                     if res is None and item.status == "shipped":
@@ -301,21 +303,6 @@ def _team_markers(cfg: KforgeConfig):
     from .store.team_markers import markers_of
 
     return markers_of(team_store(cfg))
-
-
-def _after_teammate(item: PlanItem, markers, wait_s: float, waiting: Callable) -> PlanItem:
-    """Wait (at most ``wait_s``) for the teammate's search of ``item`` to end; the item with the record the team now
-    holds (re-verified like a shipped one), or as it was when the team holds none. ClaimBusy past ``wait_s``."""
-    import dataclasses
-
-    from .store.claims import ClaimBusy
-    from .store.team import TeamStore
-
-    teammate = markers.wait_until_done(item.card.key, wait_s, waiting)
-    if teammate is not None:
-        raise ClaimBusy(f"a teammate was still searching it after {wait_s:.3g} s ({teammate.describe()})", None)
-    found = TeamStore(markers.directory.parent).get(item.card.key)
-    return item if found is None else dataclasses.replace(item, status="shipped", shipped=found)
 
 
 def _searched_elsewhere(item: PlanItem, store) -> PrewarmResult | None:

@@ -247,14 +247,16 @@ class CudaProvider:
         if not has_template(card):  # a compile searches with the templates only; prewarm may ask the LLM
             return self._queue(card, "no template family covers it; the LLM proposer can search it in a prewarm")
         markers = markers_of(self.store.team)  # Note [a search a teammate is running] in store/team_markers.py
-        if markers is not None:
-            done, impl = self._after_teammate(card, cfg, markers, deadline)
-            if done:
-                return impl
-        what = f"a compile's search of {card.op}"
+        what, say = f"a compile's search of {card.op}", self._waiting(card)
         try:  # Note [one search of a signature at a time] in store/claims.py
+            team = None if markers is None else markers.record_after(card.key, deadline - time.monotonic(), say)
+            if team is not None:  # a teammate searched it (a record that failed here before stays failed)
+                impl = self._use_record(card, team, cfg)
+                if impl is not None or team.decision != "kernel":
+                    counters["kforge"]["searched_elsewhere"] += 1
+                    return impl
             with search_claims(cfg.cache_dir, card.key, gpu_name(self._device_index()), what,
-                               max(deadline - time.monotonic(), 0.0), self._waiting(card)) as waited:
+                               max(deadline - time.monotonic(), 0.0), say) as waited:
                 record = self.local.get(card.key) if waited else None
                 if record is not None:  # the process we waited for searched it
                     counters["kforge"]["searched_elsewhere"] += 1
@@ -272,27 +274,6 @@ class CudaProvider:
             return None
         return self._use_record(card, outcome.record, cfg)
 
-    def _after_teammate(self, card: OperatorCard, cfg: KforgeConfig, markers, deadline: float
-                        ) -> tuple[bool, KernelImpl | None]:
-        """A miss another machine is searching: wait for it within the budget and take the team's record
-        (re-verified). (True, what to use) when that settles the card; (False, None) when this compile searches."""
-        waited = []
-
-        def say(marker) -> None:
-            waited.append(marker)
-            log.info("kforge: waiting for %s before searching %s", marker.describe(), card.op)
-
-        marker = markers.wait_until_done(card.key, max(deadline - time.monotonic(), 0.0), say)
-        if marker is not None:
-            why = f"not searched by this compile: {marker.describe()} was still searching it"
-            return True, self._queue(card, why)
-        record = self.store.team.get(card.key) if waited else None
-        if record is None:
-            return False, None
-        counters["kforge"]["searched_elsewhere"] += 1
-        impl = self._use_record(card, record, cfg)
-        return impl is not None or record.decision != "kernel", impl
-
     def _device_index(self) -> int:
         """The GPU this provider's worker searches on (the current one until the worker starts)."""
         index = getattr(self._client, "device_index", None)
@@ -302,8 +283,8 @@ class CudaProvider:
 
     @staticmethod
     def _waiting(card: OperatorCard):
-        def say(holder) -> None:
-            log.info("kforge: waiting for another process's search before searching %s (%s)", card.op,
+        def say(holder) -> None:  # a claim's holder on this machine, or a teammate's marker
+            log.info("kforge: waiting for another search of %s (%s)", card.op,
                      holder.describe() if holder else "holder unknown")
         return say
 

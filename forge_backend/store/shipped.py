@@ -58,12 +58,18 @@ class Tiers:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(repr(t) for t in self.tiers)})"
 
-    def get(self, key: str) -> KernelRecord | None:
+    def find(self, key: str) -> tuple[RecordReader, KernelRecord] | None:
+        """The first tier that holds a valid record of ``key``, and that record (a corrupt entry is reported and
+        passed over)."""
         for tier in self.tiers:
             rec = tier.get(key)
             if rec is not None:
-                return rec
+                return tier, rec
         return None
+
+    def get(self, key: str) -> KernelRecord | None:
+        found = self.find(key)
+        return None if found is None else found[1]
 
     def keys(self) -> list[str]:
         return sorted(set().union(*(t.keys() for t in self.tiers)))

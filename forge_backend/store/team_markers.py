@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..fsutil import atomic_write
-from .record import check_key
+from .claims import ClaimBusy
+from .record import KernelRecord, check_key
 from .team import FILE_MODE, TeamStore
 
 log = logging.getLogger("kforge.store")
@@ -66,6 +67,7 @@ class TeamMarkers:
     """The markers of ``team`` (Note [a search a teammate is running])."""
 
     def __init__(self, team: TeamStore) -> None:
+        self.team = team
         self.directory = team.directory / "claims"
         self.me = (socket.gethostname(), os.getpid())
 
@@ -98,18 +100,20 @@ class TeamMarkers:
             return None
         return marker
 
-    def wait_until_done(self, key: str, wait_s: float, on_wait: Callable[[Marker], None] | None = None
-                        ) -> Marker | None:
-        """Wait (at most ``wait_s``) until no other machine's fresh marker of ``key`` is left; None when none is,
-        else the marker still there after ``wait_s``. ``on_wait`` is called once, when the wait begins."""
+    def record_after(self, key: str, wait_s: float, on_wait: Callable[[Marker], None] | None = None
+                     ) -> KernelRecord | None:
+        """The team's record of ``key`` once no other machine's fresh marker of it is left, waiting at most
+        ``wait_s`` (``on_wait`` is called once, when the wait begins); ClaimBusy when one is still there then."""
         deadline = time.monotonic() + wait_s
         marker = self.running_elsewhere(key)
         if marker is not None and on_wait is not None:
             on_wait(marker)
-        while marker is not None and time.monotonic() < deadline:
+        while marker is not None:
+            if time.monotonic() >= deadline:
+                raise ClaimBusy(f"a teammate was still searching it after {wait_s:.3g} s ({marker.describe()})", None)
             time.sleep(min(POLL_S, max(deadline - time.monotonic(), 0.0)))
             marker = self.running_elsewhere(key)
-        return marker
+        return self.team.get(key)
 
     @contextlib.contextmanager
     def searching(self, key: str, what: str) -> Iterator[None]:

@@ -26,7 +26,7 @@ from ..cards import inputs_text
 from ..store.directory import RecordDirectory
 from ..store.local import LocalStore, RecordReader, searches_dir
 from ..store.record import CorruptRecord, KernelRecord
-from ..store.shipped import ShippedStore
+from ..store.shipped import ShippedStore, Tiers
 from ..store.team import TeamStore
 from .data import card_text
 
@@ -201,17 +201,10 @@ def _stamp(reader: RecordReader, key: str) -> tuple[int, int, int] | None:
 
 
 def _answering(readers: Mapping[str, tuple[RecordReader | None, TierState]], key: str) -> str | None:
-    """The tier whose record a compile's lookup gets (the first with a valid record), as Tiers.get finds it."""
-    for name in TIERS:
-        reader = readers[name][0]
-        if reader is None:
-            continue
-        try:
-            if reader.read(key) is not None:
-                return name
-        except (CorruptRecord, OSError):
-            continue
-    return None
+    """The tier whose record a compile's lookup gets: the one Tiers.find finds."""
+    present = {id(reader): name for name, (reader, _) in readers.items() if reader is not None}
+    found = Tiers(*(readers[name][0] for name in TIERS)).find(key)
+    return None if found is None else present[id(found[0])]
 
 
 def row(rec: KernelRecord, tier: str, has_search: bool = False) -> KernelRow:
