@@ -208,6 +208,7 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
     ``reverify`` default to the real search, worker and re-verification; tests inject fakes."""
     from .store.claims import PREWARM_WAIT_S, ClaimBusy, search_claims
     from .store.local import LocalStore
+    from .store.team_markers import MarkedElsewhere
 
     from .runtime.search_runner import gpu_name
 
@@ -228,61 +229,71 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
     markers = _team_markers(cfg)
     wait = PREWARM_WAIT_S if wait_s is None else wait_s
 
+    def left_for_later(item: PlanItem, teammate) -> None:  # Note [a search a teammate is running]: after the others
+        log.info("kforge: %s is being searched by %s; coming back to it", item.card.op, teammate.describe())
+        if on_progress is not None:
+            on_progress(Progress(item.card.key, 0, iterations, None, None,
+                                 waiting=f"{teammate.describe()} (after the others)"))
+        return None
+
     def one(item: PlanItem, later: bool = False) -> PrewarmResult | None:
         if not later and markers is not None and item.status == "search":
             teammate = markers.running_elsewhere(item.card.key)
-            if teammate is not None:  # Note [a search a teammate is running]: after the others
-                log.info("kforge: %s is being searched by %s; coming back to it", item.card.op, teammate.describe())
-                if on_progress is not None:
-                    on_progress(Progress(item.card.key, 0, iterations, None, None,
-                                         waiting=f"{teammate.describe()} (after the others)"))
-                return None
+            if teammate is not None:
+                return left_for_later(item, teammate)
         with lock:
             gpu = free.pop()
-        spent = {"tokens": 0, "cost_usd": 0.0}
         try:
-            def progress(p) -> None:
-                spent["tokens"] += int(p.last.extra.get("tokens", 0) or 0)
-                spent["cost_usd"] += float(p.last.extra.get("cost_usd", 0.0) or 0.0)
-                if on_progress is not None:
-                    on_progress(Progress(item.card.key, p.iteration, p.iterations_budget, p.best_speedup,
-                                         p.best_pct_roofline, spent["tokens"], spent["cost_usd"]))
-
-            def waiting(holder) -> None:
-                who = holder.describe() if holder is not None else "another process"
-                log.info("kforge: %s waits for %s", item.card.op, who)
-                if on_progress is not None:
-                    on_progress(Progress(item.card.key, 0, iterations, None, None, waiting=who))
-
-            started = time.time()
-            what = f"kforge prewarm's search of {item.card.op}"
-            try:
-                if later:  # the teammate's search it was left for: wait for it to end, take what it published
-                    found = markers.record_after(item.card.key, wait, waiting)
-                    if found is not None:  # re-verified like a shipped record
-                        item = replace(item, status="shipped", shipped=found)
-                with search_claims(cfg.cache_dir, item.card.key, gpu_name(gpu), what, wait, waiting) as waited:
-                    res = _searched_elsewhere(item, store) if waited else None
-                    if res is None and item.status == "shipped":
-                        res = _take_shipped(item, cfg, clients[gpu], store, reverify)
-                    if res is None:
-                        marked = markers.searching(item.card.key, what) if markers is not None else None
-                        with marked or contextlib.nullcontext():
-                            out = search(item.card, cfg, clients[gpu], store, iterations, seconds_per_op,
-                                         on_progress=progress)
-                        res = _result(item, out)
-                    if cfg.inner == "inductor" and res.inductor_us is None:
-                        res.inductor_us = _inductor_time(item.card, store, clients[gpu])
-            except ClaimBusy as e:  # left for a rerun: nothing was stored
-                res = PrewarmResult(item.card, item.share, "busy", reason=str(e))
-            res.gpu, res.started, res.finished = gpu, started, time.time()
-            if res.status == "shipped":
-                res.seconds = res.finished - started
+            res = on_gpu(item, gpu, later)
         finally:
             with lock:
                 free.append(gpu)
-        if on_done is not None:
+        if res is not None and on_done is not None:
             on_done(res)
+        return res
+
+    def on_gpu(item: PlanItem, gpu: int, later: bool) -> PrewarmResult | None:
+        spent = {"tokens": 0, "cost_usd": 0.0}
+
+        def progress(p) -> None:
+            spent["tokens"] += int(p.last.extra.get("tokens", 0) or 0)
+            spent["cost_usd"] += float(p.last.extra.get("cost_usd", 0.0) or 0.0)
+            if on_progress is not None:
+                on_progress(Progress(item.card.key, p.iteration, p.iterations_budget, p.best_speedup,
+                                     p.best_pct_roofline, spent["tokens"], spent["cost_usd"]))
+
+        def waiting(holder) -> None:
+            who = holder.describe() if holder is not None else "another process"
+            log.info("kforge: %s waits for %s", item.card.op, who)
+            if on_progress is not None:
+                on_progress(Progress(item.card.key, 0, iterations, None, None, waiting=who))
+
+        def claimed(item: PlanItem) -> PrewarmResult:
+            what = f"kforge prewarm's search of {item.card.op}"
+            with search_claims(cfg.cache_dir, item.card.key, gpu_name(gpu), what, wait, waiting) as waited:
+                res = _searched_elsewhere(item, store) if waited else None
+                if res is None and item.status == "shipped":
+                    res = _take_shipped(item, cfg, clients[gpu], store, reverify)
+                if res is None:
+                    marked = markers.searching(item.card.key, what) if markers is not None else None
+                    with marked or contextlib.nullcontext():  # MarkedElsewhere: a teammate marked it since the look
+                        out = search(item.card, cfg, clients[gpu], store, iterations, seconds_per_op,
+                                     on_progress=progress)
+                    res = _result(item, out)
+                if cfg.inner == "inductor" and res.inductor_us is None:
+                    res.inductor_us = _inductor_time(item.card, store, clients[gpu])
+            return res
+
+        started = time.time()
+        try:
+            res = _after_teammate(item, markers, wait, waiting, claimed) if later else claimed(item)
+        except ClaimBusy as e:
+            if isinstance(e, MarkedElsewhere) and not later:  # a teammate marked it since running_elsewhere looked
+                return left_for_later(item, e.marker)
+            res = PrewarmResult(item.card, item.share, "busy", reason=str(e))  # left for a rerun: nothing stored
+        res.gpu, res.started, res.finished = gpu, started, time.time()
+        if res.status == "shipped":
+            res.seconds = res.finished - started
         return res
 
     try:
@@ -303,6 +314,28 @@ def _team_markers(cfg: KforgeConfig):
     from .store.team_markers import markers_of
 
     return markers_of(team_store(cfg))
+
+
+def _after_teammate(item: PlanItem, markers, wait_s: float, waiting: Callable, claimed: Callable) -> PrewarmResult:
+    """Note [a search a teammate is running]: an item left for after the others. Wait (at most ``wait_s``) for the
+    teammate's search to end and take what it published, re-verified like a shipped record (Note [a shipped record
+    in a prewarm]), else search it under ``claimed``. A teammate that marked it again in between (MarkedElsewhere)
+    is waited for once more, within what is left of ``wait_s``; ClaimBusy where it still searches then."""
+    from .store.team_markers import MarkedElsewhere
+
+    deadline = time.monotonic() + wait_s
+    try:
+        return claimed(_with_team_record(item, markers, deadline, waiting))
+    except MarkedElsewhere as e:
+        log.info("kforge: %s was marked again by %s; waiting for it", item.card.op, e.marker.describe())
+    return claimed(_with_team_record(item, markers, deadline, waiting))
+
+
+def _with_team_record(item: PlanItem, markers, deadline: float, waiting: Callable) -> PlanItem:
+    """``item`` as one to re-verify the team's record of, once no teammate searches it (ClaimBusy where one still
+    does at ``deadline``, a time.monotonic()); ``item`` itself where the team holds no record of it."""
+    found = markers.record_after(item.card.key, max(deadline - time.monotonic(), 0.0), waiting)
+    return item if found is None else replace(item, status="shipped", shipped=found)
 
 
 def _searched_elsewhere(item: PlanItem, store) -> PrewarmResult | None:

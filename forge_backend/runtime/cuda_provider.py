@@ -61,7 +61,7 @@ from ..store.queue import MissQueue
 from ..store.record import KernelRecord
 from ..store.shipped import ShippedStore, TieredStore
 from ..store.team import team_store
-from ..store.team_markers import markers_of
+from ..store.team_markers import MarkedElsewhere, markers_of
 from .inductor_baseline import inductor_us
 from .launch import Launcher
 from .nvrtc import compile_candidate
@@ -250,11 +250,9 @@ class CudaProvider:
         what, say = f"a compile's search of {card.op}", self._waiting(card)
         try:  # Note [one search of a signature at a time] in store/claims.py
             team = None if markers is None else markers.record_after(card.key, deadline - time.monotonic(), say)
-            if team is not None:  # a teammate searched it (a record that failed here before stays failed)
-                impl = self._use_record(card, team, cfg)
-                if impl is not None or team.decision != "kernel":
-                    counters["kforge"]["searched_elsewhere"] += 1
-                    return impl
+            settled, impl = self._from_team(card, team, cfg)
+            if settled:
+                return impl
             with search_claims(cfg.cache_dir, card.key, gpu_name(self._device_index()), what,
                                max(deadline - time.monotonic(), 0.0), say) as waited:
                 record = self.local.get(card.key) if waited else None
@@ -264,6 +262,8 @@ class CudaProvider:
                 with markers.searching(card.key, what) if markers is not None else contextlib.nullcontext():
                     outcome = run_search(card, cfg, self.client, self.local, iterations=cfg.search_iterations,
                                          seconds=max(deadline - time.monotonic(), 1.0))
+        except MarkedElsewhere as e:  # a teammate marked it since record_after looked
+            return self._after_teammate(card, cfg, markers, deadline, e)
         except ClaimBusy as e:
             return self._queue(card, f"not searched by this compile: {e}")
         counters["kforge"]["searches"] += 1
@@ -273,6 +273,33 @@ class CudaProvider:
         if outcome.record.decision != "kernel":
             return None
         return self._use_record(card, outcome.record, cfg)
+
+    def _after_teammate(self, card: OperatorCard, cfg: KforgeConfig, markers, deadline: float,
+                        marked: MarkedElsewhere) -> KernelImpl | None:
+        """Note [a search a teammate is running]: a teammate marked ``card`` between this compile's look and its
+        search. Its record is waited for within the budget and used; where it leaves none usable here, the miss is
+        queued rather than searched again."""
+        try:
+            team = markers.record_after(card.key, max(deadline - time.monotonic(), 0.0), self._waiting(card))
+        except ClaimBusy as e:
+            return self._queue(card, f"not searched by this compile: {e}")
+        settled, impl = self._from_team(card, team, cfg)
+        if settled:
+            return impl
+        return self._queue(card, f"not searched by this compile: a teammate searched it ({marked.marker.describe()})"
+                                 " and left no record usable here")
+
+    def _from_team(self, card: OperatorCard, team: KernelRecord | None, cfg: KforgeConfig
+                   ) -> tuple[bool, KernelImpl | None]:
+        """Whether the team's record of ``card`` settles it here, and the kernel it gives: a teammate's verdict, or
+        its kernel re-verified here. A kernel that fails here (or failed here before) settles nothing."""
+        if team is None:
+            return False, None
+        impl = self._use_record(card, team, cfg)
+        if impl is None and team.decision == "kernel":
+            return False, None
+        counters["kforge"]["searched_elsewhere"] += 1
+        return True, impl
 
     def _device_index(self) -> int:
         """The GPU this provider's worker searches on (the current one until the worker starts)."""
