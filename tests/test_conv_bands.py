@@ -160,8 +160,9 @@ def test_bands_is_valid_where_its_note_says():
     qwen = tc.causal_conv1d(8192, 2048)
     p = conv.defaults(qwen, "bands")
     assert p == {"strategy": "bands", "g": 32, "lt": 256, "block": 256, "ld": 8, "vec": 8, "bfirst": True}
-    assert conv.valid(qwen, p) and conv.root_params(qwen) == p
-    assert conv.seeds(qwen)[:2] == [p, conv.defaults(qwen, "flat")]
+    assert conv.valid(qwen, p) and conv.root_params(qwen) == conv.defaults(qwen, "lines")  # the root since session 51
+    assert conv.seeds(qwen)[1:3] == [p, conv.defaults(qwen, "flat")]  # the first seed after it
+    assert conv.root_params(tc.causal_conv1d(96, 37, dtype="bfloat16")) == {**p, "g": 32}  # no whole tile of 64
     cand = conv.generate(qwen, p)
     [launch] = cand.launches
     assert launch.grid == (9, 256, 1) and launch.smem == conv_bands.smem_bytes(qwen, p) and cand.requires_align == 16

@@ -120,7 +120,7 @@ def test_flat_is_valid_where_its_note_says():
     qwen = tc.causal_conv1d(8192, 2048)
     p = conv.defaults(qwen, "flat")
     assert conv.valid(qwen, p) and p == {"strategy": "flat", "g": 16, "block": 512, "ld": 8, "vec": 8}
-    assert conv.seeds(qwen)[1] == p  # after the bands' root (Note [channel rows over a band of positions])
+    assert conv.seeds(qwen)[2] == p  # after the lines' root and the bands (Note [channel rows over a band of positions])
     cand = conv.generate(qwen, p)
     [launch] = cand.launches
     assert launch.grid == (512, 1, 1) and launch.smem == conv._flat_smem(qwen, p) and cand.requires_align == 16
@@ -136,7 +136,7 @@ def test_flat_is_valid_where_its_note_says():
     assert not conv.valid(tc.causal_conv1d(32, 4, k=2, padding=1), p)  # rows of 4: a vector would span three
     assert conv.valid(tc.causal_conv1d(40, 30), {**p, "g": 8})
     acts = dict(conv.actions(qwen, p))
-    pairs = conv.seeds(qwen)[2]  # Note [two positions per lane], after the root and the bands
+    pairs = conv.seeds(qwen)[3]  # Note [two positions per lane], after the root (lines), the bands and the flat runs
     assert acts["g 16 -> 8"]["g"] == 8 and acts["strategy flat -> rows"] == pairs and pairs["lp"] == 2
     assert dict(conv.actions(qwen, pairs))["strategy rows -> flat"] == p
     # Note [the next run's loads in flight]: a knob of its own, every load of a run at once instead of LD

@@ -730,10 +730,12 @@ def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
     flat = {"strategy": "flat", "g": 16, "block": 512, "ld": 8, "vec": 8}  # [a block's channel rows as one flat run]
     # Note [channel rows over a band of positions]: 16-byte channel loads, one contiguous output
     bands = {"strategy": "bands", "g": 32, "lt": 256, "block": 256, "ld": 8, "vec": 8, "bfirst": True}
-    assert conv.matches(card) and conv.root_params(card) == bands
+    # Note [whole lines, 8 x 8 blocks turned in registers]: 16-bit, whole tiles of 64 channels, the root since session 51
+    lines = {"strategy": "lines", "tp": 128, "tc": 64, "block": 256, "stages": 3}
+    assert conv.matches(card) and conv.root_params(card) == lines
     # Note [a window of positions in registers]
     chunks = {"strategy": "chunks", "tl": 128, "tc": 64, "block": 128, "vec": 8, "rowfast": True}
-    assert conv.seeds(card) == [bands, flat, pairs, chunks, rows, {**plain, "vec": 8}, window, plain]
+    assert conv.seeds(card) == [lines, bands, flat, pairs, chunks, rows, {**plain, "vec": 8}, window, plain]
     cand = conv.generate(card, {**plain, "vec": 8})
     assert "constexpr int XC_FAST = 1;" in cand.source and "constexpr int YL_FAST = 1;" in cand.source
     assert "ldp<T, 8>(x + n * XS0 + c + l * XS2)" in cand.source and cand.requires_align == 16

@@ -11,7 +11,7 @@ import template_cards as tc
 from forge_backend.contract import resolve_plan
 from forge_backend.search.proposer import ParentView
 from forge_backend.search.templates import TemplateProposer, family_for
-from forge_backend.search.templates.common import freeze
+from forge_backend.search.templates.common import SMS, freeze
 from forge_backend.search.templates.target import SM90_KNOBS, SM90_STRATEGIES, Target, layout_ok, target_of
 from test_templates import CARDS, _check_plan, _params_to_check
 
@@ -59,7 +59,7 @@ def test_family_templates_compile_for_other_archs(name: str, arch: str) -> None:
         assert t.sm90_features or params.get("strategy") not in SM90_STRATEGIES and not SM90_KNOBS & params.keys()
         candidate = fam.generate(card, params)
         _check_plan(card, candidate)
-        launches, _ = resolve_plan(candidate, card.sizes, card.floats)
+        launches, _ = resolve_plan(candidate, card.sizes, card.floats, SMS)  # a plan may name num_sms (lines)
         assert all(launch.smem <= t.smem_limit for launch in launches), (label, params)
         if (candidate.source_hash(), arch) not in _compiled:
             compile_candidate(candidate, arch)

@@ -680,6 +680,33 @@ def test_conv_bands_pass_the_verifier(case):
     check(card, {"strategy": "bands", "vec": 16 // (4 if card.inputs[0].spec.dtype == "float32" else 2), **params})
 
 
+# Note [whole lines, 8 x 8 blocks turned in registers] (conv_lines.py): Qwen's conv, every phase, batches, biases,
+# fp16, K of 2-8, paddings of 0-6, rows shorter than a vector and than a band, each knob's other values
+CONV_LINES = [
+    (tc.causal_conv1d(8192, 2048, k=4, dtype="bfloat16"), {"tp": 128, "tc": 64, "block": 256, "stages": 3}),
+    (tc.causal_conv1d(8192, 2048, k=4, dtype="bfloat16"), {"tp": 256, "tc": 128, "block": 128, "stages": 2,
+                                                           "cfirst": True}),
+    (tc.causal_conv1d(128, 131, k=4, dtype="bfloat16", batch=2), {"tp": 64, "tc": 64, "block": 256, "stages": 4}),
+    (tc.causal_conv1d(64, 99, k=5, dtype="bfloat16", padding=2, bias=True), {"tp": 128, "tc": 64, "block": 128,
+                                                                             "stages": 2}),
+    (tc.causal_conv1d(192, 73, k=3, dtype="float16", bias=True, batch=3), {"tp": 64, "tc": 64, "block": 256,
+                                                                           "stages": 6, "cfirst": True}),
+    (tc.causal_conv1d(128, 77, k=7, dtype="float16", bias=True), {"tp": 128, "tc": 128, "block": 256, "stages": 3}),
+    (tc.causal_conv1d(64, 5, k=2, dtype="bfloat16", padding=0), {"tp": 64, "tc": 64, "block": 128, "stages": 2}),
+    (tc.causal_conv1d(64, 61, k=8, dtype="bfloat16", padding=6, batch=2), {"tp": 256, "tc": 64, "block": 256,
+                                                                           "stages": 3}),
+    (tc.causal_conv1d(64, 3, k=4, dtype="float16"), {"tp": 64, "tc": 64, "block": 256, "stages": 5}),
+]
+
+
+@pytest.mark.parametrize("case", CONV_LINES, ids=lambda c: "x".join(map(str, c[0].inputs[0].spec.shape)) +
+                         f"-k{c[0].inputs[1].spec.shape[2]}-tp{c[1]['tp']}-tc{c[1]['tc']}-s{c[1]['stages']}" +
+                         ("-cfirst" if c[1].get("cfirst") else ""))
+def test_conv_lines_pass_the_verifier(case):
+    card, params = case
+    check(card, {"strategy": "lines", **params})
+
+
 @pytest.mark.parametrize("case", CONV_CHUNKS, ids=lambda c: "x".join(map(str, c[0].inputs[0].spec.shape)) +
                          "".join(f"-{k}" for k in ("direct", "rowfast") if c[1].get(k)))
 def test_conv_chunks_pass_the_verifier(case):

@@ -7,7 +7,7 @@ ATen runs it with a generic depthwise kernel: 178 us per call for [1, 8192, 2048
 H200 (benchmarks/results/h200/kernels_qwen35_moe_inductor.txt), where the bytes allow 16 us. The input is often a
 transposed view ([B, L, C] in memory), so the op is a transpose as well as a convolution.
 
-Six strategies. The first four compute a tile of TL positions x TC channels of one sample per block, with fp32 sums
+Seven strategies. The first four compute a tile of TL positions x TC channels of one sample per block, with fp32 sums
 over k in ascending order, rounded once; their device code and the Notes named below for them (and Note [vector loads
 of a channels-fast input], Note [channel tiles first], Note [the next tile's loads in flight]) are in conv_kernels.py.
 - ``tile``: the block loads the input tile with its TL + K - 1 halo into shared memory with consecutive threads
@@ -30,7 +30,11 @@ of a channels-fast input], Note [channel tiles first], Note [the next tile's loa
 - ``bands`` (channels-fast input, contiguous output; Note [channel rows over a band of positions], conv_bands.py): a
   block takes G channel rows over one band of positions, reads its window of whole lines, and stores each row's band as
   aligned 16-byte vectors, the band shifted back by the row's phase. The root of Qwen's layout since the twenty-fourth
-  session (21.6 us, 73% of the copy bandwidth, in ops run W).
+  session (21.6 us, 73% of the copy bandwidth, in ops run W) until the fifty-first.
+- ``lines`` (16-bit channels-fast input, contiguous output; Note [whole lines, 8 x 8 blocks turned in registers],
+  conv_lines.py): resident blocks walk tiles of 64 channels over bands of 128 outputs, their windows of whole lines
+  copied ahead by ``cp.async``, and turn 8 x 8 blocks in registers into aligned 16-byte output vectors, every phase a
+  constant. The root of Qwen's layout since the fifty-first session.
 
 On the H200 (tenth session, benchmarks/results/h200/ops.json, row ``causal_conv1d``, run F): the rows with two
 positions per lane ran 30.4 us against Inductor's 193.1 us and eager's 299.3 us, at 52% of the copy bandwidth; inside
@@ -46,7 +50,7 @@ from ...cards import OperatorCard
 from ...contract import Candidate
 from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, SMS, STATIC_SMEM_LIMIT, align_of, cdiv, consts,
                      filter_actions, flag_knob, input_spec, launch, make_candidate, output_spec, scale_knob, typedefs)
-from . import conv_bands
+from . import conv_bands, conv_lines
 from .conv_flat import FLAT_KERNEL, FLAT_PIECES, FLAT_PIPE_KERNEL
 from .conv_kernels import chunks_kernel, rows_kernel, rows_pairs_kernel, tile_kernel, window_kernel
 from .conv_shared import blocks_per_sm, contiguous_output, weights_bytes
@@ -189,6 +193,8 @@ def _rows_stride(p: dict[str, Any], k: int) -> int:
 
 
 def defaults(card: OperatorCard, strategy: str = "tile") -> dict[str, Any]:
+    if strategy == "lines":  # Note [whole lines, 8 x 8 blocks turned in registers]
+        return conv_lines.defaults(card)
     if strategy == "bands":  # Note [channel rows over a band of positions]
         return conv_bands.defaults(card)
     if strategy == "flat":  # Note [a block's channel rows as one flat run]
@@ -218,8 +224,11 @@ def _widest(card: OperatorCard, p: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def root_params(card: OperatorCard) -> dict[str, Any]:
-    """Channel rows over bands of positions (Note [channel rows over a band of positions]) where the input is
-    channels-fast and aligned for 16-byte loads and the output contiguous (Qwen's layout), else a block's rows as one
+    """Whole lines turned in registers (Note [whole lines, 8 x 8 blocks turned in registers]) where the input is
+    16-bit, channels-fast and aligned for 16-byte loads and the output contiguous (Qwen's layout: 19.8-20.1 us against
+    the bands' 21.8 in the fifty-first session's probe), else channel rows over bands of positions (Note [channel rows
+    over a band of positions]) where the input is channels-fast and aligned for 16-byte loads and the output
+    contiguous, else a block's rows as one
     flat run (Note [a block's channel rows as one flat run]) where that is valid, else warp rows with two positions per
     lane (Note [two positions per lane]) where the output is positions-fast, else the default tile, with vector loads
     where they are allowed (Note [vector loads of a channels-fast input]). On the H200 (twenty-fourth session,
@@ -227,18 +236,18 @@ def root_params(card: OperatorCard) -> dict[str, Any]:
     in flat runs, the root since the twenty-third session (24.9 us against 29.5 for the pairs' rows of 256 positions x
     16 channels, the root since the tenth session; 29.9 us then against 33.9 for the ninth session's warp rows; in the
     eighth session the vector tile ran 39.0 us against the scalar tile's 52.3 and the best register window's 40.3)."""
-    for strategy in ("bands", "flat"):
+    for strategy in ("lines", "bands", "flat"):
         if valid(card, p := defaults(card, strategy)):
             return p
     return _widest(card, defaults(card, "pairs")) or _widest(card, defaults(card)) or defaults(card)
 
 
 def seeds(card: OperatorCard) -> list[dict[str, Any]]:
-    """The root, then the flat runs, the warp rows in pairs, the aligned chunks, the warp rows with a lane per
+    """The root, then the bands, the flat runs, the warp rows in pairs, the aligned chunks, the warp rows with a lane per
     position, the vector tile, a register window and the scalar tile where they are valid and differ from it."""
     out = [root_params(card)]
-    chunks, flat = defaults(card, "chunks"), defaults(card, "flat")
-    for p in (flat if valid(card, flat) else None, _widest(card, defaults(card, "pairs")),
+    chunks, flat, bands = defaults(card, "chunks"), defaults(card, "flat"), defaults(card, "bands")
+    for p in (bands if valid(card, bands) else None, flat if valid(card, flat) else None, _widest(card, defaults(card, "pairs")),
               chunks if valid(card, chunks) else None, _widest(card, defaults(card, "rows")),
               _widest(card, defaults(card)),
               _widest(card, defaults(card, "window")), defaults(card)):
@@ -274,6 +283,8 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         return _flat_ok(card, p)
     if p.get("strategy") == "bands":
         return conv_bands.valid(card, p)
+    if p.get("strategy") == "lines":
+        return conv_lines.valid(card, p)
     n, c, _, l_out, k, _ = _dims(card)
     tl, tc, strategy = p.get("tl", 0), p.get("tc", 0), p.get("strategy")
     if strategy not in ("tile", "window", "rows", "chunks") or tl not in (16, 32, 64, 128, 256, 512) or \
@@ -329,7 +340,11 @@ def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, 
         acts.append(("strategy flat -> bands", defaults(card, "bands")))  # Note [channel rows over a band of positions]
         return filter_actions(card, p, [(label, q) for label, q in acts if q is not None], valid)
     if p["strategy"] == "bands":  # Note [channel rows over a band of positions]
-        acts = conv_bands.actions(card, p) + [("strategy bands -> flat", defaults(card, "flat"))]
+        acts = conv_bands.actions(card, p) + [("strategy bands -> flat", defaults(card, "flat")),
+                                              ("strategy bands -> lines", defaults(card, "lines"))]
+        return filter_actions(card, p, acts, valid)
+    if p["strategy"] == "lines":  # Note [whole lines, 8 x 8 blocks turned in registers]
+        acts = conv_lines.actions(card, p) + [("strategy lines -> bands", defaults(card, "bands"))]
         return filter_actions(card, p, acts, valid)
     acts = scale_knob(p, "tl") + scale_knob(p, "tc") + scale_knob(p, "block") + scale_knob(p, "vec") + \
         scale_knob(p, "r") + [flag_knob(p, "cfirst")]
@@ -370,6 +385,8 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
         return _generate_flat(card, p)
     if p["strategy"] == "bands":
         return conv_bands.generate(card, p)
+    if p["strategy"] == "lines":
+        return conv_lines.generate(card, p)
     n, c, l_in, l_out, k, pad = _dims(card)
     x, y = input_spec(card, "input"), output_spec(card, 0)
     has_bias = input_spec(card, "bias") is not None
