@@ -146,7 +146,10 @@ def conv_variants() -> list[dict[str, Any]]:
     bands += list(grid(strategy="bands", g=[64, 128], lt=512, block=256, ld=8, vec=8)) + \
         list(grid(strategy="bands", g=64, lt=[128, 256], block=512, ld=[4, 8], vec=8))
     bands += list(grid(strategy="bands", g=[32, 64], lt=[128, 256], block=[128, 256], ld=8, vec=8, bfirst=True))
-    return out + chunks + [{**p, "direct": True} for p in chunks] + rowfast + flat + bands
+    # Note [whole lines, 8 x 8 blocks turned in registers] (`--strategy lines`): 8 or 4 outputs a work item
+    lines = list(grid(strategy="lines", tp=[128, 256], tc=64, block=[128, 256], stages=[2, 3, 4], vo=[8, 4]))
+    lines += list(grid(strategy="lines", tp=128, tc=[64, 128], block=256, stages=3, vo=[8, 4], cfirst=True))
+    return out + chunks + [{**p, "direct": True} for p in chunks] + rowfast + flat + bands + lines
 
 
 def two_wave_variants() -> list[dict[str, Any]]:

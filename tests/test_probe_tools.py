@@ -56,6 +56,16 @@ def test_the_conv_rows_grid_is_invalid_only_past_static_shared_memory() -> None:
         assert conv.valid(card, p) == (smem <= STATIC_SMEM_LIMIT), p
 
 
+def test_the_conv_rows_lines_variants_are_all_valid_with_both_work_items() -> None:
+    """`--strategy lines` (benchmarks/plans/conv_lines_first.sh) times 8 and 4 outputs a work item side by side."""
+    from forge_backend.search.templates import conv
+
+    card, variants = next((c, vs) for n, c, vs in probe_variants.cases() if n == "causal_conv1d [1,8192,2048] bf16")
+    lines = [v for v in variants if v["strategy"] == "lines"]
+    assert {v["vo"] for v in lines} == {8, 4} and conv.root_params(card) in lines
+    assert all(conv.valid(card, v) for v in lines)
+
+
 def _csv(tmp_path: Path) -> Path:
     header = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Warp Stall Sampling (Not-issued Samples)",
               "Instructions Executed", "stall_long_sb", "stall_barrier", "stall_mio", "stall_long_sb (Not Issued)"]

@@ -300,6 +300,8 @@ def test_import_guards_paths_and_reports_missing(tmp_path: Path, store: LocalSto
         store.import_bundle(bundle)
     with pytest.raises(BundleError, match="does not exist"):
         store.import_bundle(tmp_path / "nope")
+    with pytest.raises(BundleError, match="is a file, not a directory"):  # the index itself, say
+        store.import_bundle(bundle / "index.json")
 
 
 def test_export_unknown_key_raises(tmp_path: Path, store: LocalStore):

@@ -731,7 +731,7 @@ def test_depthwise_conv1d_tiles_coalesce_both_layouts() -> None:
     # Note [channel rows over a band of positions]: 16-byte channel loads, one contiguous output
     bands = {"strategy": "bands", "g": 32, "lt": 256, "block": 256, "ld": 8, "vec": 8, "bfirst": True}
     # Note [whole lines, 8 x 8 blocks turned in registers]: 16-bit, whole tiles of 64 channels, the root since session 51
-    lines = {"strategy": "lines", "tp": 128, "tc": 64, "block": 256, "stages": 3}
+    lines = {"strategy": "lines", "tp": 128, "tc": 64, "block": 256, "stages": 3, "vo": 8}
     assert conv.matches(card) and conv.root_params(card) == lines
     # Note [a window of positions in registers]
     chunks = {"strategy": "chunks", "tl": 128, "tc": 64, "block": 128, "vec": 8, "rowfast": True}

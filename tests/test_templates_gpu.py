@@ -697,10 +697,22 @@ CONV_LINES = [
                                                                            "stages": 3}),
     (tc.causal_conv1d(64, 3, k=4, dtype="float16"), {"tp": 64, "tc": 64, "block": 256, "stages": 5}),
 ]
+CONV_LINES = [(card, {"vo": 8, **p}) for card, p in CONV_LINES] + [  # four outputs a work item
+    (tc.causal_conv1d(8192, 2048, k=4, dtype="bfloat16"), {"tp": 128, "tc": 64, "block": 256, "stages": 3, "vo": 4}),
+    (tc.causal_conv1d(128, 131, k=4, dtype="float16", bias=True, batch=2), {"tp": 64, "tc": 128, "block": 128,
+                                                                           "stages": 4, "vo": 4, "cfirst": True}),
+    (tc.causal_conv1d(64, 61, k=8, dtype="bfloat16", padding=6, batch=2), {"tp": 256, "tc": 64, "block": 256,
+                                                                           "stages": 2, "vo": 4}),
+    (tc.causal_conv1d(64, 2, k=2, dtype="bfloat16", padding=0, batch=3), {"tp": 64, "tc": 64, "block": 256,
+                                                                          "stages": 6, "vo": 4}),
+    (tc.causal_conv1d(64, 9, k=3, dtype="float16", padding=1), {"tp": 128, "tc": 64, "block": 128, "stages": 3,
+                                                                "vo": 4}),
+]
 
 
 @pytest.mark.parametrize("case", CONV_LINES, ids=lambda c: "x".join(map(str, c[0].inputs[0].spec.shape)) +
                          f"-k{c[0].inputs[1].spec.shape[2]}-tp{c[1]['tp']}-tc{c[1]['tc']}-s{c[1]['stages']}" +
+                         f"-vo{c[1]['vo']}" +
                          ("-cfirst" if c[1].get("cfirst") else ""))
 def test_conv_lines_pass_the_verifier(case):
     card, params = case

@@ -308,6 +308,9 @@ class LocalStore(RecordReader):
 
 def _bundle_files(src: Path) -> list[tuple[str, dict[str, Any] | None]]:
     """(file name, index entry) of every record in a bundle; without an index, every ``<key>.json`` file."""
+    if src.exists() and not src.is_dir():
+        raise BundleError(f"bundle {src} is a file, not a directory: pass the directory that `kforge cache export` "
+                          "wrote (its index.json and one <key>.json a record)")
     if not src.is_dir():
         raise BundleError(f"bundle directory {src} does not exist")
     index_path = src / INDEX_NAME

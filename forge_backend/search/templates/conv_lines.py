@@ -39,24 +39,43 @@ from .target import smem_limit
 #   root's 21.8 (72%) in the same runs; 4-6 stages 20.3-20.7, 2 stages 20.4; TP 256 21.0; TP 64 30.9; the channel
 #   tiles first 20.8-21.9; 3 blocks an SM forced by the register bound (spilling) 21.1-25.5; 128 threads 20.5, 512
 #   23.8. The tile's 18 lines take 72 registers: two blocks an SM.
+# Four outputs a work item (``vo`` 4; the description above is ``vo`` 8): the phases are taken mod 4, the window
+# starts PAD + 3 positions before the band and holds TP + K + 2 lines, the chunks are swizzled by the position's
+# group of 4 (eight lanes on consecutive g still read eight different chunks), a work item holds 2 VO + K - 2 = 6 + K
+# lines, and its outputs go out as one aligned 8-byte store (a warp's lanes on 256 contiguous bytes of a row). What
+# it buys, on paper: at Qwen's K 4 its 10 lines take 40 registers (ptxas: 80 a thread, no spills, where ``vo`` 8 takes
+# 116), so three blocks of 256 threads fit an SM where ``vo`` 8 fits two; and a tile of TP 128 by TC 64 has 256 work
+# items, one for each thread of such a block, where ``vo`` 8 has 128 and leaves half the threads idle between the
+# copies. It costs twice the store instructions and 11% more shared loads an output (10 lines for 4 outputs against
+# 18 for 8). Not yet measured; the search weighs it, one action from the root.
+# The weights (fifty-second session, not yet measured): a channel's K taps were K 2-byte shared loads, 32 a work item
+# at K 4, more than its line loads. They are now read as the 32-bit words of the chunk's 8 x K weights, every index
+# a constant of the unrolled loops, and NVVM joins a channel's words into one 8-byte load at K 4 (PTX: 8
+# ``ld.shared.v2`` a work item where there were 32 ``ld.shared.u16``; the same registers).
 
-LINES_KEYS = frozenset({"strategy", "tp", "tc", "block", "stages", "cfirst"})
-MAX_K = 8  # lines a work item holds: 14 + K, four registers each
+LINES_KEYS = frozenset({"strategy", "tp", "tc", "block", "stages", "cfirst", "vo"})
+MAX_K = 8  # lines a work item holds: 2 VO + K - 2, four registers each
 
 
-def halo(card: OperatorCard) -> int:
-    """Input positions a tile's window starts before its band: the padding and the latest phase's 7."""
-    return dims(card)[5] + 7
+def halo(card: OperatorCard, p: dict[str, Any]) -> int:
+    """Input positions a tile's window starts before its band: the padding and the latest phase's VO - 1."""
+    return dims(card)[5] + p["vo"] - 1
 
 
 def window_rows(card: OperatorCard, p: dict[str, Any]) -> int:
-    """Input positions of one tile's window: its TP outputs, the 7 of the earliest phase, the K - 1 of the halo."""
-    return p["tp"] + dims(card)[4] + 6
+    """Input positions of one tile's window: its TP outputs, the VO - 1 of the earliest phase, the K - 1 of the
+    halo."""
+    return p["tp"] + dims(card)[4] + p["vo"] - 2
+
+
+def item_lines(card: OperatorCard, p: dict[str, Any]) -> int:
+    """Window lines one work item holds: its VO outputs, each of VO phases' K - 1 more and VO - 1 earlier."""
+    return 2 * p["vo"] + dims(card)[4] - 2
 
 
 def bands(card: OperatorCard, p: dict[str, Any]) -> int:
-    """Bands of a row: every phase's last band must reach L_out (a band starts up to 7 outputs early)."""
-    return cdiv(dims(card)[3] + 7, p["tp"])
+    """Bands of a row: every phase's last band must reach L_out (a band starts up to VO - 1 outputs early)."""
+    return cdiv(dims(card)[3] + p["vo"] - 1, p["tp"])
 
 
 def stage_chunks(card: OperatorCard, p: dict[str, Any]) -> int:
@@ -70,14 +89,14 @@ def smem_bytes(card: OperatorCard, p: dict[str, Any]) -> int:
     return p["stages"] * stage_chunks(card, p) * 16
 
 
-def regs(card: OperatorCard) -> int:
-    """A thread's registers, about: the work item's 14 + K lines (four each) and 32 more."""
-    return 4 * (14 + dims(card)[4]) + 32
+def regs(card: OperatorCard, p: dict[str, Any]) -> int:
+    """A thread's registers, about: the work item's lines (four each) and 32 more."""
+    return 4 * item_lines(card, p) + 32
 
 
 def resident(card: OperatorCard, p: dict[str, Any]) -> int:
     """Blocks an SM holds at once, by shared memory and registers: the grid is ``num_sms`` times this."""
-    return blocks_per_sm(smem_bytes(card, p), p["block"], regs(card))
+    return blocks_per_sm(smem_bytes(card, p), p["block"], regs(card, p))
 
 
 def tiles(card: OperatorCard, p: dict[str, Any]) -> int:
@@ -87,8 +106,9 @@ def tiles(card: OperatorCard, p: dict[str, Any]) -> int:
 
 def defaults(card: OperatorCard) -> dict[str, Any]:
     """128-byte lines (64 channels) over bands of 128 outputs, 256 threads, three stages (two tiles' copies ahead):
-    the fastest of the fifty-first session's probe (Note [whole lines, 8 x 8 blocks turned in registers])."""
-    return {"strategy": "lines", "tp": 128, "tc": 64, "block": 256, "stages": 3}
+    the fastest of the fifty-first session's probe (Note [whole lines, 8 x 8 blocks turned in registers]), 8
+    outputs a work item."""
+    return {"strategy": "lines", "tp": 128, "tc": 64, "block": 256, "stages": 3, "vo": 8}
 
 
 def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
@@ -107,7 +127,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     tc, tp = p.get("tc"), p.get("tp")
     if tc not in (64, 128) or c % tc or tp not in (64, 128, 256) or p.get("block") not in (128, 256):
         return False
-    if p.get("stages") not in (2, 3, 4, 5, 6) or p.get("cfirst") not in (None, True):
+    if p.get("stages") not in (2, 3, 4, 5, 6) or p.get("cfirst") not in (None, True) or p.get("vo") not in (4, 8):
         return False
     if w.offset_align % 16 or (b is not None and b.offset_align % 16):
         return False
@@ -116,18 +136,17 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
 
 def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     stages = [(f"stages {p['stages']} -> {s}", {**p, "stages": s}) for s in (p["stages"] - 1, p["stages"] + 1)]
-    return scale_knob(p, "tp") + scale_knob(p, "tc") + scale_knob(p, "block") + stages + [flag_knob(p, "cfirst")]
+    return (scale_knob(p, "vo") + scale_knob(p, "tp") + scale_knob(p, "tc") + scale_knob(p, "block") + stages
+            + [flag_knob(p, "cfirst")])
 
 
 KERNEL = r"""
+// NR: window lines of one work item, WROWS: of one tile, which starts HB positions before its band; NB: bands a row
 constexpr int CPR = TC / 8;                          // 16-byte chunks of a window line
-constexpr int G = TP / 8;                            // output vectors of one row's band
-constexpr int NR = 14 + K;                           // window lines of one work item
-constexpr int WROWS = TP + K + 6;                    // window lines of one tile
-constexpr int HB = PAD + 7;                          // the window starts HB positions before the band
+constexpr int G = TP / VO;                           // output vectors of one row's band
 constexpr int WCH = TC * K * 2 / 16, BCH = HAS_BIAS ? TC * 2 / 16 : 0;
 constexpr int STAGE = WROWS * CPR + WCH + BCH;       // 16-byte chunks of one stage
-constexpr int NB = (LOUT + 7 + TP - 1) / TP, NCT = C / TC;
+constexpr int NCT = C / TC;
 constexpr long long NTILES = (long long)NS * NCT * NB;
 
 __device__ __forceinline__ void cp16(void* smem, const void* gmem, int bytes) {
@@ -154,7 +173,8 @@ __device__ __forceinline__ void load_tile(uint4* st, const T* __restrict__ x, co
   for (int i = threadIdx.x; i < WROWS * CPR; i += NT) {
     const int r = i / CPR, k = i % CPR, q = q0 + r;
     const bool in = q >= 0 && q < LIN;
-    cp16(st + r * CPR + (k ^ ((r >> 3) & 7)), x + n * XS0 + (long long)(in ? q : 0) * XS2 + c0 + 8 * k, in ? 16 : 0);
+    cp16(st + r * CPR + (k ^ (((unsigned)r / VO) & 7)), x + n * XS0 + (long long)(in ? q : 0) * XS2 + c0 + 8 * k,
+         in ? 16 : 0);
   }
   for (int i = threadIdx.x; i < WCH + BCH; i += NT) {
     if (i < WCH) cp16(st + WROWS * CPR + i, w + (long long)c0 * K + 8 * i, 16);
@@ -162,43 +182,52 @@ __device__ __forceinline__ void load_tile(uint4* st, const T* __restrict__ x, co
   }
 }
 
+// VO outputs of a 16-bit type as one aligned vector store (16 or 8 bytes)
+template <typename U> __device__ __forceinline__ void store_vo(U* p, const float* a) {
+  if constexpr (VO == 8) store16(p, a);
+  else asm volatile("st.global.v2.b32 [%0], {%1, %2};"
+                    :: "l"(p), "r"(pair_bits(a[0], a[1], p)), "r"(pair_bits(a[2], a[3], p)) : "memory");
+}
+
 // y[n, c, l] = bias[c] + sum_k w[c, 0, k] * x[n, c, l - PAD + k] (zero outside the input), fp32, k ascending
 __device__ __forceinline__ void conv_tile(const uint4* st, TO* __restrict__ y, long long n, int c0, int b) {
   const T* ws = reinterpret_cast<const T*>(st + WROWS * CPR);
   for (int it = threadIdx.x; it < CPR * G; it += NT) {
     const int g = it % G, k = it / G;
-    unsigned r[NR][4];                               // window lines 8 g ... 8 g + NR - 1 of chunk k
+    const unsigned* const wc = reinterpret_cast<const unsigned*>(ws) + 4 * K * k;  // chunk k's 8 x K weights
+    unsigned r[NR][4];                               // window lines VO g ... VO g + NR - 1 of chunk k
 #pragma unroll
     for (int i = 0; i < NR; ++i) {
-      const int row = 8 * g + i;
-      const uint4 v = st[row * CPR + (k ^ ((row >> 3) & 7))];
+      const int row = VO * g + i;
+      const uint4 v = st[row * CPR + (k ^ (((unsigned)row / VO) & 7))];
       r[i][0] = v.x; r[i][1] = v.y; r[i][2] = v.z; r[i][3] = v.w;
     }
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
-      const int ph = (int)(((long long)q * LOUT) % 8);   // the row's phase: c0 + 8 k is a multiple of 8
+      const int ph = (int)(((long long)q * LOUT) % VO);  // the row's phase: c0 + 8 k is a multiple of 8
       const int ci = 8 * k + q;
-      float wk[K], in[7 + K], o[8];
+      float wk[K], in[VO - 1 + K], o[VO];
 #pragma unroll
-      for (int j = 0; j < K; ++j) wk[j] = to_f(ws[ci * K + j]);
+      for (int j = 0; j < K; ++j) wk[j] = half_of(wc[(q * K + j) >> 1], (q * K + j) & 1);
       float b0 = 0.f;
-      if constexpr (HAS_BIAS) b0 = to_f(ws[TC * K + ci]);
+      if constexpr (HAS_BIAS)                        // the tile's biases follow its weights
+        b0 = half_of(reinterpret_cast<const unsigned*>(ws + TC * K)[4 * k + (q >> 1)], q & 1);
 #pragma unroll
-      for (int j = 0; j < 7 + K; ++j) in[j] = half_of(r[7 - ph + j][q >> 1], q & 1);
+      for (int j = 0; j < VO - 1 + K; ++j) in[j] = half_of(r[VO - 1 - ph + j][q >> 1], q & 1);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
+      for (int i = 0; i < VO; ++i) {
         float a = b0;
 #pragma unroll
         for (int j = 0; j < K; ++j) a = fmaf(wk[j], in[i + j], a);
         o[i] = a;
       }
-      const int t0 = b * TP - ph + 8 * g;            // the row's output of o[0]
-      TO* const yp = y + (n * C + c0 + ci) * (long long)LOUT + t0;  // 16-byte aligned: the Note
-      if (t0 >= 0 && t0 + 8 <= LOUT) {
-        store16(yp, o);
+      const int t0 = b * TP - ph + VO * g;           // the row's output of o[0]
+      TO* const yp = y + (n * C + c0 + ci) * (long long)LOUT + t0;  // 2 VO-byte aligned: the Note
+      if (t0 >= 0 && t0 + VO <= LOUT) {
+        store_vo(yp, o);
       } else if (t0 < LOUT) {                        // the row's first or last vector: the rest is a neighbour's
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
+        for (int i = 0; i < VO; ++i)
           if (t0 + i >= 0 && t0 + i < LOUT) yp[i] = from_f<TO>(o[i]);
       }
     }
@@ -242,13 +271,15 @@ def generate(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     head = f"""{PREAMBLE}
 {typedefs(T=x.dtype, TO=y.dtype)}
 {consts(C=c, LIN=l_in, LOUT=l_out, K=k, PAD=pad, NS=n, NT=p["block"], TC=p["tc"], TP=p["tp"], STAGES=p["stages"],
+        VO=p["vo"], NR=item_lines(card, p), WROWS=window_rows(card, p), HB=halo(card, p), NB=bands(card, p),
         MINB=resident(card, p), HAS_BIAS=int(b is not None), CFIRST=int(bool(p.get("cfirst"))),
         IS_BF16=int(x.dtype == "bfloat16"))}
 constexpr long long XS0 = {x.stride[0]}LL, XS2 = {x.stride[2]}LL;
 """
     source = head + STORE16 + KERNEL.replace("PARAMS", params).replace("BIAS_PTR", "b" if b is not None else "w")
     desc = f"depthwise conv1d k={k} lines tc={p['tc']} tp={p['tp']} block={p['block']} stages={p['stages']} " \
-        f"(input channels-fast, 8x8 blocks turned in registers)" + (" channel tiles first" if p.get("cfirst") else "")
+        f"(input channels-fast, 8x{p['vo']} blocks turned in registers)" + \
+        (" channel tiles first" if p.get("cfirst") else "")
     grid = f"{NUM_SMS} * {resident(card, p)}"
     specs = [x, w, y] + ([b] if b is not None else [])
     return make_candidate(source, [launch("dwconv1d_lines", grid, p["block"], args, smem=smem_bytes(card, p))],
