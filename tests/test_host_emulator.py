@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import host_emulator
 import template_cards as tc
@@ -45,9 +46,9 @@ def kernel(src: str = "blockIdx.x * 32 + threadIdx.x", wait: int = 0, store: str
 def run(cand: Candidate, tmp_path, early: bool = False) -> tuple[np.ndarray, np.ndarray]:
     x = np.arange(256, dtype=np.float32)
     y = np.full(256, np.nan, np.float32)
-    out = host_emulator.run_launch(CARD, cand, {"in:self": x, "out:0": y}, tmp_path, early_copies=early)
+    out = host_emulator.HostKernel(CARD, cand, tmp_path, early_copies=early).run({"in:self": x, "out:0": y})
     want = x.reshape(2, 32, 4)[:, ::-1, :].reshape(-1)
-    return out.buffers["out:0"], want
+    return out["out:0"], want
 
 
 def test_a_kernel_that_keeps_the_rules_runs(tmp_path):
@@ -72,28 +73,35 @@ def test_a_copy_read_before_its_wait_shows_only_when_it_lands_late(tmp_path):
     (kernel(store=VECTOR, dst="blockIdx.x * 32 + threadIdx.x + 1"), "a vector store outside every buffer"),
 ])
 def test_a_broken_rule_fails_the_run_with_what_broke(cand, message, tmp_path):
-    with pytest.raises(AssertionError, match=message):
+    with pytest.raises(host_emulator.EmulatorFault, match=message):
         run(cand, tmp_path)
 
 
 def test_a_plain_store_past_the_output_lands_in_its_guard(tmp_path):
-    with pytest.raises(AssertionError, match="out:0: a guard written"):
+    with pytest.raises(host_emulator.EmulatorFault, match="out:0: a guard written"):
         run(kernel(store="y[blockIdx.x * 32 + threadIdx.x + 1] = v"), tmp_path)
 
 
 def test_an_input_written_is_reported(tmp_path):
-    with pytest.raises(AssertionError, match="in:self: an input written"):
+    with pytest.raises(host_emulator.EmulatorFault, match="in:self: an input written"):
         run(kernel(store="const_cast<uint4*>(x)[0] = v; " + PLAIN), tmp_path)
 
 
 @pytest.mark.parametrize("source,message", [
     ('asm volatile("membar.gl;" ::: "memory");', "PTX the host emulator does not know: 'membar.gl;'"),
-    ("__shared__ float red[32];", "a static __shared__ array"),
+    ("extern __shared__ float a[], b[];", "a dynamic __shared__ declaration the emulator does not read"),
+    ("__global__ void __cluster_dims__(2, 1, 1) k(float* y) {}", "thread-block clusters or cooperative groups"),
 ])
-def test_what_it_does_not_model_is_refused(source, message):
+def test_what_it_does_not_model_is_refused(source, message, tmp_path):
     cand = Candidate(source, (Launch("k", (1, 1, 1), (32, 1, 1), ("out:0",)),))
     with pytest.raises(host_emulator.NotEmulated, match=message):
-        host_emulator.host_source(cand, "k", 1, 1, 32, 0)
+        host_emulator.HostKernel(CARD, cand, tmp_path)
+
+
+def test_a_cooperative_launch_is_refused(tmp_path):
+    cand = Candidate("", (Launch("k", (2, 1, 1), (32, 1, 1), ("out:0",), cooperative=True),))
+    with pytest.raises(host_emulator.NotEmulated, match="a cooperative launch"):
+        host_emulator.HostKernel(CARD, cand, tmp_path)
 
 
 def test_inline_ptx_is_read_with_nested_parentheses_and_operands_in_ptx_order():
@@ -102,3 +110,83 @@ def test_inline_ptx_is_read_with_nested_parentheses_and_operands_in_ptx_order():
         "emu_store<2>((p + (a ? 1 : 2)), {(unsigned)((f(x, (y)))), (unsigned)((z))});"
     cvt = 'asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));'
     assert host_emulator.translate_asm(cvt) == "((r) = emu_cvt_bf16x2((hi), (lo)));"
+
+
+# Two launches over a zeroed scratch: the first sums each row of x [4, 64] with a warp's shuffles and adds the row's
+# sum into the scratch with an atomic (two blocks a row, 32 columns each), the second writes y = x - mean(row).
+# Written as a template would write it; it is correct on the GPU.
+SUM = r"""
+extern "C" __global__ void __launch_bounds__(32) sums(const float* __restrict__ x, float* __restrict__ acc) {
+  const int row = blockIdx.x / 2, col = (blockIdx.x % 2) * 32 + threadIdx.x;
+  float v = x[row * 64 + col];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (__all_sync(0xffffffffu, v == __shfl_sync(0xffffffffu, v, 0)) && threadIdx.x == 0) atomicAdd(acc + row, v);
+}
+extern "C" __global__ void __launch_bounds__(64) center(const float* __restrict__ x, const float* __restrict__ acc,
+                                                        float* __restrict__ y, float scale) {
+  const int row = blockIdx.x;
+  y[row * 64 + threadIdx.x] = x[row * 64 + threadIdx.x] - acc[row] * scale;
+}
+"""
+
+
+def centering() -> Candidate:
+    from forge_backend.contract import Scratch
+
+    return Candidate(SUM, (
+        Launch("sums", (8, 1, 1), (32, 1, 1), ("in:self", "scratch:acc")),
+        Launch("center", (4, 1, 1), (64, 1, 1), ("in:self", "scratch:acc", "out:0", "f32:0.015625"))),
+        scratch=(("acc", Scratch(16, zero=True)),))
+
+
+def test_warp_shuffles_atomics_scratch_and_two_launches(tmp_path):
+    x = np.random.default_rng(0).standard_normal(256).astype(np.float32)
+    got = host_emulator.HostKernel(CARD, centering(), tmp_path).run({"in:self": x, "out:0": np.zeros(256, np.float32)})
+    rows = x.reshape(4, 64)
+    np.testing.assert_allclose(got["out:0"].reshape(4, 64), rows - rows.mean(1, keepdims=True), rtol=1e-5, atol=1e-5)
+
+
+def test_the_projects_verifier_takes_a_host_kernel(tmp_path):
+    """verify() on CPU tensors with the emulator as the launcher: a kernel that computes something else fails it
+    with the verifier's own report."""
+    from forge_backend.verify import verify
+
+    card = CARD
+    relu = Candidate('extern "C" __global__ void __launch_bounds__(64) relu(const float* x, float* y) {\n'
+                     "  const int i = blockIdx.x * 64 + threadIdx.x; y[i] = x[i] > 0.f ? x[i] : 0.f; }",
+                     (Launch("relu", (4, 1, 1), (64, 1, 1), ("in:self", "out:0")),))
+    kernel = host_emulator.HostKernel(card, relu, tmp_path)
+    assert verify(card, kernel.launch_into, kernel.allocate_outputs, torch.device("cpu")).ok
+    leaky = host_emulator.HostKernel(card, Candidate(relu.source.replace(": 0.f", ": 0.01f * x[i]"), relu.launches),
+                                     tmp_path)
+    rep = verify(card, leaky.launch_into, leaky.allocate_outputs, torch.device("cpu"))
+    assert not rep.ok and rep.failed_check == "mismatch"
+
+
+def test_a_read_of_another_threads_write_without_a_barrier_differs_between_the_two_orders(tmp_path):
+    """The block's threads run in thread order, then in reverse order on the next run: a missing __syncthreads
+    shows as two runs that disagree (the verifier's repeat run), or as poison read."""
+    def swap(barrier: str) -> Candidate:
+        return Candidate('extern "C" __global__ void __launch_bounds__(64) swap(const float* x, float* y) {\n'
+                         "  extern __shared__ float s[];\n  s[threadIdx.x] = x[blockIdx.x * 64 + threadIdx.x];\n"
+                         f"  {barrier}\n  y[blockIdx.x * 64 + threadIdx.x] = s[threadIdx.x ^ 1];\n}}",
+                         (Launch("swap", (4, 1, 1), (64, 1, 1), ("in:self", "out:0"), smem=256),))
+
+    x = np.arange(256, dtype=np.float32)
+    want = x.reshape(-1, 2)[:, ::-1].reshape(-1)
+    kernel = host_emulator.HostKernel(CARD, swap("__syncthreads();"), tmp_path)
+    for _ in range(2):
+        assert np.array_equal(kernel.run({"in:self": x, "out:0": np.zeros(256, np.float32)})["out:0"], want)
+    kernel = host_emulator.HostKernel(CARD, swap(""), tmp_path)
+    first, second = (kernel.run({"in:self": x, "out:0": np.zeros(256, np.float32)})["out:0"] for _ in range(2))
+    assert not np.array_equal(first, second)
+
+
+def test_a_barrier_that_not_every_thread_reaches_fails_at_once(tmp_path):
+    cand = Candidate('extern "C" __global__ void __launch_bounds__(32) k(const float* x, float* y) {\n'
+                     "  if (threadIdx.x < 16) __syncthreads(); else __syncwarp();\n"
+                     "  y[threadIdx.x] = x[threadIdx.x];\n}",
+                     (Launch("k", (1, 1, 1), (32, 1, 1), ("in:self", "out:0")),))
+    kernel = host_emulator.HostKernel(CARD, cand, tmp_path)
+    with pytest.raises(host_emulator.EmulatorFault, match="a barrier that not every live thread"):
+        kernel.run({"in:self": np.zeros(256, np.float32), "out:0": np.zeros(256, np.float32)})
