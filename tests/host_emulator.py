@@ -24,6 +24,7 @@ its barriers and its copies' bookkeeping; it does not replace the GPU verifier.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import shutil
@@ -66,6 +67,8 @@ SHIM = r"""
 #include <functional>
 #include <memory>
 #include <string>
+#include <csetjmp>
+#include <setjmp.h>
 #include <ucontext.h>
 #include <type_traits>
 #include <vector>
@@ -73,13 +76,17 @@ SHIM = r"""
 #define __launch_bounds__(...)
 constexpr std::size_t EMU_STACK = 256 * 1024;  // a thread's stack: its local arrays live there
 struct EmuDim { unsigned x = 0, y = 0, z = 0; };
-// every CUDA thread of a block is a fiber (a ucontext with its own stack) of one OS thread; a fiber runs until it
+// every CUDA thread of a block is a fiber (its own stack, started by makecontext, then switched by _setjmp and
+// _longjmp, which keep the signal mask alone: swapcontext's system call each switch doubled the run) of one OS
+// thread; a fiber runs until it
 // waits at a barrier or ends, and the scheduler (emu_launch) releases a barrier once every live thread of its scope
 // waits there
 struct EmuCopy { unsigned dst; const void* src; int size, bytes; };
 enum EmuState { EMU_READY, EMU_AT_BLOCK, EMU_AT_WARP, EMU_DONE };
 struct EmuFiber {
-  ucontext_t ctx;
+  ucontext_t ctx;  // to start it
+  jmp_buf jb;      // where it waits
+  bool started = false;
   std::unique_ptr<char[]> stack;  // left uninitialised: only what a thread uses is touched
   EmuDim tid;
   unsigned lane = 0, warp = 0;
@@ -88,7 +95,10 @@ struct EmuFiber {
   std::vector<std::vector<EmuCopy>> groups;  // committed, not yet waited for
 };
 inline EmuFiber* emu_cur = nullptr;
-inline ucontext_t emu_scheduler;
+inline jmp_buf emu_scheduler_jb;
+inline void emu_to_scheduler() {  // the current fiber waits; the scheduler goes on
+  if (!_setjmp(emu_cur->jb)) _longjmp(emu_scheduler_jb, 1);
+}
 #define threadIdx (emu_cur->tid)
 inline EmuDim blockIdx, gridDim, blockDim;
 
@@ -120,7 +130,7 @@ inline unsigned __cvta_generic_to_shared(const void* p) {
 
 inline void emu_wait_at(EmuState where) {
   emu_cur->state = where;
-  swapcontext(&emu_cur->ctx, &emu_scheduler);
+  emu_to_scheduler();
 }
 inline void __syncthreads() { emu_wait_at(EMU_AT_BLOCK); }
 
@@ -261,7 +271,7 @@ inline void emu_fiber_main() {
   (*emu_body)();
   emu_wait_group(0);
   emu_cur->state = EMU_DONE;
-  swapcontext(&emu_cur->ctx, &emu_scheduler);
+  _longjmp(emu_scheduler_jb, 1);  // never comes back: the fiber is made again for the next block
 }
 
 inline void emu_launch(EmuDim grid, EmuDim block, std::size_t smem_bytes, std::function<void()> body) {
@@ -290,6 +300,7 @@ inline void emu_launch(EmuDim grid, EmuDim block, std::size_t smem_bytes, std::f
       f.state = EMU_READY;
       f.open.clear();
       f.groups.clear();
+      f.started = false;
       getcontext(&f.ctx);
       f.ctx.uc_stack.ss_sp = f.stack.get();
       f.ctx.uc_stack.ss_size = EMU_STACK;
@@ -301,7 +312,11 @@ inline void emu_launch(EmuDim grid, EmuDim block, std::size_t smem_bytes, std::f
         EmuFiber& f = fibers[emu_reverse ? n - 1 - i : i];
         if (f.state != EMU_READY) continue;
         emu_cur = &f;
-        swapcontext(&emu_scheduler, &f.ctx);
+        if (!_setjmp(emu_scheduler_jb)) {
+          if (f.started) _longjmp(f.jb, 1);
+          f.started = true;
+          setcontext(&f.ctx);
+        }
       }
       emu_cur = nullptr;
       // every thread now waits at a barrier or has ended: release a warp whose live lanes all wait at its barrier,
@@ -510,11 +525,14 @@ class HostKernel:
     numpy buffers. A launch that breaks one of the emulator's rules raises EmulatorFault with what broke."""
 
     def __init__(self, card: OperatorCard, candidate: Candidate, workdir: Path, *, num_sms: int = 2,
-                 early_copies: bool = False):
+                 early_copies: bool = False, max_threads: int | None = None):
         self.card, self.workdir, self.early = card, Path(workdir), early_copies
         self.launches, scratch = resolve_plan(candidate, card.sizes, card.floats, num_sms)
         if any(l.cooperative for l in self.launches):
             raise NotEmulated("a cooperative launch (its blocks wait for each other; here they run one at a time)")
+        threads = sum(math.prod(l.grid) * math.prod(l.block) for l in self.launches)
+        if max_threads is not None and threads > max_threads:
+            raise NotEmulated(f"{threads} CUDA threads, more than {max_threads} threads for the host")
         self.scratch = {f"scratch:{s.name}": s for s in scratch}
         used = {f"{kind}:{payload}" for l in self.launches for kind, payload in l.args if kind in ("in", "out")}
         self.buffers = [f"in:{t.name}" for t in card.inputs if f"in:{t.name}" in used] + \
@@ -531,7 +549,7 @@ class HostKernel:
         header = shim_header()
         cpp = self.exe.with_suffix(".cpp")
         cpp.write_text(self.source)
-        r = subprocess.run([compiler(), *FLAGS, "-pthread", f"-I{include_dir()}", "-include", str(header), str(cpp),
+        r = subprocess.run([compiler(), *FLAGS, f"-I{include_dir()}", "-include", str(header), str(cpp),
                             "-o", str(self.exe)], capture_output=True, text=True)
         if r.returncode:
             raise NotEmulated(f"the host compiler refused the kernel: {r.stderr[-3000:]}")

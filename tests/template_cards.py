@@ -197,3 +197,42 @@ def relay_from_90_blocks() -> tuple[OperatorCard, dict[str, Any]]:
     base = family_for(card).defaults(card, "relay")
     return card, {k: v for k, v in base.items() if k not in ("writers", "regs")} | {
         "pe": 2048, "nw": 8, "nc": 1, "k": 7, "lag": 5}
+
+
+def odd_cards() -> list[OperatorCard]:
+    """A card of every family at odd sizes (tails that are not multiples of any tile): the GPU tests verify a sample
+    of each family's space at them (test_templates_gpu.py), the host tests each strategy (test_templates_host.py)."""
+    return [
+        softmax((3, 4097), "float32"), softmax((37, 1000), "bfloat16"), softmax((5, 70001), "float16"),
+        softmax((2, 3, 33), "float32", log=True),
+        group_norm(1, 96, 13, 17, groups=32, dtype="bfloat16"), group_norm(3, 64, 7, 9, groups=8),
+        layer_norm((7, 1001), (1001,), "float32"), layer_norm((33, 4096), (4096,), "bfloat16", used=(0,)),
+        rms_norm((9, 777), (777,), "bfloat16", used=(0,)),
+        spatial_mean((3, 33, 7, 7), "float16"), spatial_mean((2, 40, 5, 3), "float32", channels_last=True),
+        adaptive_pool((5, 24, 9, 9), "bfloat16", channels_last=True),
+        unary("aten.gelu.default", (1001, 7), "bfloat16"), unary("aten.silu.default", (3, 5, 77), "float32"),
+        binary("aten.mul.Tensor", (999, 13), "bfloat16"),
+        softmax_fused("add(mul(x0,0.125),x1)", [((3, 5, 7, 1000), "float32"), ((5, 1, 1000), "float32")], "float16"),
+        softmax_fused("to_float32(add(x0,x1))", [((2, 3, 4104), "bfloat16"), ((3, 4104), "bfloat16")], "bfloat16"),
+        softmax_fused("to_float32(x0)", [((3, 70001), "float16")]),
+        # a norm with its epilogue (norm_fusion.py; fuse_norm): adaLN at MMDiT's width, and odd sizes
+        norm_fused("add(mul(x0,x1),x2)", (2, 4096, 1536), [((2, 1, 1536), "bfloat16"), ((2, 1, 1536), "bfloat16")]),
+        norm_fused("mul(x0,sigmoid(x1))", (3, 7, 1000), [((3, 7, 1000), "float32")], "float32", norm="rms_norm",
+                      weight=True),
+        norm_fused("add(x0,mul(x1,2.0))", (5, 999), [((999,), "float16")], "float16", norm_out=1, weight=True),
+        # with the residual add before it (Note [a norm takes the residual add before it]): a broadcast gate, odd sizes
+        norm_residual("add(x0,mul(x1,x2))", [((3, 7, 1000), "float32"), ((3, 1, 1000), "float32"),
+                                                ((3, 7, 1000), "float32")],
+                         "add(mul(x0,x1),x2)", [((3, 1, 1000), "float32"), ((3, 1, 1000), "float32")], (3, 7, 1000),
+                         "float32"),
+        norm_residual("add(x0,x1)", [((5, 999), "float16"), ((5, 999), "float16")], "mul(x0,2.0)", [], (5, 999),
+                         "float16", norm="rms_norm", weight=True),
+        norm_residual("add(x0,mul(x1,x2))", [((2, 33, 1536), "bfloat16"), ((2, 1, 1536), "bfloat16"),
+                                                ((2, 33, 1536), "bfloat16")],
+                         "add(mul(x0,x1),x2)", [((2, 1, 1536), "bfloat16"), ((2, 1, 1536), "bfloat16")], (2, 33, 1536)),
+        # the depthwise conv1d in both layouts, a bias, kernels that do not divide the tiles
+        causal_conv1d(37, 29, k=3, dtype="float32", channels_fast=False, bias=True),
+        causal_conv1d(100, 130, k=4, dtype="bfloat16"), causal_conv1d(33, 70, k=7, dtype="float16", bias=True),
+        causal_conv1d(96, 37, k=4, dtype="float32", bias=True),  # vec=4 channel loads, a 37-position tail
+        causal_conv1d(34, 70, k=7, dtype="float16", bias=True),  # a window of 2-channel vectors, a 7-tap halo
+    ]
