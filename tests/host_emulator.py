@@ -498,7 +498,7 @@ def compiler() -> str | None:
     return shutil.which("g++") or shutil.which("c++")
 
 
-FLAGS = ("-std=c++20", "-O1", "-w")
+FLAGS = ("-std=c++20", "-O1", "-w", "-U_FORTIFY_SOURCE")  # no __longjmp_chk: the fibers jump between stacks
 
 
 def shim_header() -> Path:

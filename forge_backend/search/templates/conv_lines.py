@@ -44,7 +44,7 @@ from .target import smem_limit
 # group of 4 (eight lanes on consecutive g still read eight different chunks), a work item holds 2 VO + K - 2 = 6 + K
 # lines, and its outputs go out as one aligned 8-byte store (a warp's lanes on 256 contiguous bytes of a row). What
 # it buys, on paper: at Qwen's K 4 its 10 lines take 40 registers (ptxas: 80 a thread, no spills, where ``vo`` 8 takes
-# 116), so three blocks of 256 threads fit an SM where ``vo`` 8 fits two; and a tile of TP 128 by TC 64 has 256 work
+# 110), so three blocks of 256 threads fit an SM where ``vo`` 8 fits two; and a tile of TP 128 by TC 64 has 256 work
 # items, one for each thread of such a block, where ``vo`` 8 has 128 and leaves half the threads idle between the
 # copies. It costs twice the store instructions and 11% more shared loads an output (10 lines for 4 outputs against
 # 18 for 8). Not yet measured; the search weighs it, one action from the root.
