@@ -76,3 +76,17 @@ SEED_CARDS = [  # each layout's seeds: the strategies a search starts from
                          ids=lambda v: v["strategy"] if isinstance(v, dict) else _id(v))
 def test_every_seed_passes_the_verifier_on_the_host(card, p, tmp_path):
     check(card, p, tmp_path)
+
+
+@pytest.mark.parametrize("vo", [8, 4])
+def test_lines_at_qwens_own_size_and_grid_passes_one_trial(vo, tmp_path):
+    """Qwen 3.5's conv itself ([1, 8192, 2048] bf16 seen channels-fast) with the H200's grid (132 SMs): one trial of
+    the verifier (a run, its repeat in the other thread order, a changed input followed)."""
+    from forge_backend.verify import prepare_trials
+
+    card = tc.causal_conv1d(8192, 2048)
+    p = {**conv.root_params(card), "vo": vo}
+    kernel = host_emulator.HostKernel(card, conv.generate(card, p), tmp_path, num_sms=132)
+    cpu = torch.device("cpu")
+    rep = verify(card, kernel.launch_into, kernel.allocate_outputs, cpu, prepare_trials(card, cpu, ("normal",)))
+    assert rep.ok, (p, rep.failed_check, rep.message)
