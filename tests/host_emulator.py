@@ -39,6 +39,7 @@ from forge_backend.cards import OperatorCard
 from forge_backend.contract import Candidate, ResolvedLaunch, resolve_plan
 from forge_backend.runtime.nvrtc import include_dir
 from forge_backend.signature import to_dtype
+from forge_backend.verify import VerifyReport, verify
 
 GUARD = 256  # bytes on each side of every buffer
 GUARD_BYTE = 0x5A
@@ -46,6 +47,10 @@ GUARD_BYTE = 0x5A
 
 class NotEmulated(Exception):
     """The kernel uses something the host emulator does not model."""
+
+
+class TooManyThreads(NotEmulated):
+    """The plan's grid holds more CUDA threads than the caller lets the host run (``max_threads``)."""
 
 
 class EmulatorFault(RuntimeError):
@@ -67,7 +72,6 @@ SHIM = r"""
 #include <functional>
 #include <memory>
 #include <string>
-#include <csetjmp>
 #include <setjmp.h>
 #include <ucontext.h>
 #include <type_traits>
@@ -532,7 +536,7 @@ class HostKernel:
             raise NotEmulated("a cooperative launch (its blocks wait for each other; here they run one at a time)")
         threads = sum(math.prod(l.grid) * math.prod(l.block) for l in self.launches)
         if max_threads is not None and threads > max_threads:
-            raise NotEmulated(f"{threads} CUDA threads, more than {max_threads} threads for the host")
+            raise TooManyThreads(f"{threads} CUDA threads, more than {max_threads} for the host")
         self.scratch = {f"scratch:{s.name}": s for s in scratch}
         used = {f"{kind}:{payload}" for l in self.launches for kind, payload in l.args if kind in ("in", "out")}
         self.buffers = [f"in:{t.name}" for t in card.inputs if f"in:{t.name}" in used] + \
@@ -604,3 +608,11 @@ def _span(t: torch.Tensor) -> torch.Tensor:
     """The bytes of ``t``'s storage span (from its first element to its last), as a uint8 view."""
     n = 1 + sum((d - 1) * s for d, s in zip(t.shape, t.stride())) if t.numel() else 0
     return t.as_strided((n,), (1,), t.storage_offset()).view(torch.uint8)
+
+
+def verify_on_host(card: OperatorCard, candidate: Candidate, workdir: Path, trials=None, **kernel) -> VerifyReport:
+    """The project's verifier (every trial, or ``trials``) over ``candidate`` run on the host; ``kernel`` goes to
+    HostKernel. NotEmulated (before any run) where the emulator cannot take it."""
+    host = HostKernel(card, candidate, workdir, **kernel)
+    host.compile()
+    return verify(card, host.launch_into, host.allocate_outputs, torch.device("cpu"), trials)

@@ -13,7 +13,6 @@ import torch
 import host_emulator
 import template_cards as tc
 from forge_backend.search.templates import conv
-from forge_backend.verify import verify
 
 pytestmark = pytest.mark.skipif(host_emulator.compiler() is None, reason="no host C++ compiler")
 
@@ -21,8 +20,7 @@ pytestmark = pytest.mark.skipif(host_emulator.compiler() is None, reason="no hos
 def check(card, p: dict, tmp_path, **emulator) -> None:
     """``p`` (a whole params dict) of ``card`` passes the verifier, run on the host."""
     assert conv.valid(card, p), p
-    kernel = host_emulator.HostKernel(card, conv.generate(card, p), tmp_path, **emulator)
-    rep = verify(card, kernel.launch_into, kernel.allocate_outputs, torch.device("cpu"))
+    rep = host_emulator.verify_on_host(card, conv.generate(card, p), tmp_path, **emulator)
     assert rep.ok, (p, rep.failed_check, rep.message)
 
 
@@ -86,7 +84,6 @@ def test_lines_at_qwens_own_size_and_grid_passes_one_trial(vo, tmp_path):
 
     card = tc.causal_conv1d(8192, 2048)
     p = {**conv.root_params(card), "vo": vo}
-    kernel = host_emulator.HostKernel(card, conv.generate(card, p), tmp_path, num_sms=132)
-    cpu = torch.device("cpu")
-    rep = verify(card, kernel.launch_into, kernel.allocate_outputs, cpu, prepare_trials(card, cpu, ("normal",)))
+    trials = prepare_trials(card, torch.device("cpu"), ("normal",))
+    rep = host_emulator.verify_on_host(card, conv.generate(card, p), tmp_path, trials, num_sms=132)
     assert rep.ok, (p, rep.failed_check, rep.message)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 import host_emulator
 import template_cards as tc
@@ -149,17 +148,13 @@ def test_warp_shuffles_atomics_scratch_and_two_launches(tmp_path):
 def test_the_projects_verifier_takes_a_host_kernel(tmp_path):
     """verify() on CPU tensors with the emulator as the launcher: a kernel that computes something else fails it
     with the verifier's own report."""
-    from forge_backend.verify import verify
-
     card = CARD
     relu = Candidate('extern "C" __global__ void __launch_bounds__(64) relu(const float* x, float* y) {\n'
                      "  const int i = blockIdx.x * 64 + threadIdx.x; y[i] = x[i] > 0.f ? x[i] : 0.f; }",
                      (Launch("relu", (4, 1, 1), (64, 1, 1), ("in:self", "out:0")),))
-    kernel = host_emulator.HostKernel(card, relu, tmp_path)
-    assert verify(card, kernel.launch_into, kernel.allocate_outputs, torch.device("cpu")).ok
-    leaky = host_emulator.HostKernel(card, Candidate(relu.source.replace(": 0.f", ": 0.01f * x[i]"), relu.launches),
-                                     tmp_path)
-    rep = verify(card, leaky.launch_into, leaky.allocate_outputs, torch.device("cpu"))
+    assert host_emulator.verify_on_host(card, relu, tmp_path).ok
+    leaky = Candidate(relu.source.replace(": 0.f", ": 0.01f * x[i]"), relu.launches)
+    rep = host_emulator.verify_on_host(card, leaky, tmp_path)
     assert not rep.ok and rep.failed_check == "mismatch"
 
 

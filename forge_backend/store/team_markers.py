@@ -229,8 +229,8 @@ class TeamMarkers:
 
     def _remove_if_mine(self, path: Path) -> None:
         with contextlib.suppress(*_UNREADABLE):
-            d = json.loads(path.read_text(encoding="utf-8"))
-            if (d["host"], d["pid"]) == self.me:  # a teammate may have taken it over since (this search stalled)
+            marker = self._read(path)
+            if (marker.host, marker.pid) == self.me:  # a teammate may have taken it over since (this search stalled)
                 path.unlink()
 
 
