@@ -89,17 +89,12 @@ def test_an_input_written_is_reported(tmp_path):
 @pytest.mark.parametrize("source,message", [
     ('asm volatile("membar.gl;" ::: "memory");', "PTX the host emulator does not know: 'membar.gl;'"),
     ("extern __shared__ float a[], b[];", "a dynamic __shared__ declaration the emulator does not read"),
-    ("__global__ void __cluster_dims__(2, 1, 1) k(float* y) {}", "thread-block clusters or cooperative groups"),
+    ("__global__ void __cluster_dims__(2, 1, 1) k(float* y) {}", "a __cluster_dims__ that is not on a kernel's"),
+    ("#include <cooperative_groups.h>\n__global__ void k(float* y) {}", "cooperative groups"),
 ])
 def test_what_it_does_not_model_is_refused(source, message, tmp_path):
     cand = Candidate(source, (Launch("k", (1, 1, 1), (32, 1, 1), ("out:0",)),))
     with pytest.raises(host_emulator.NotEmulated, match=message):
-        host_emulator.HostKernel(CARD, cand, tmp_path)
-
-
-def test_a_cooperative_launch_is_refused(tmp_path):
-    cand = Candidate("", (Launch("k", (2, 1, 1), (32, 1, 1), ("out:0",), cooperative=True),))
-    with pytest.raises(host_emulator.NotEmulated, match="a cooperative launch"):
         host_emulator.HostKernel(CARD, cand, tmp_path)
 
 
@@ -185,3 +180,162 @@ def test_a_barrier_that_not_every_thread_reaches_fails_at_once(tmp_path):
     kernel = host_emulator.HostKernel(CARD, cand, tmp_path)
     with pytest.raises(host_emulator.EmulatorFault, match="a barrier that not every live thread"):
         kernel.run({"in:self": np.zeros(256, np.float32), "out:0": np.zeros(256, np.float32)})
+
+
+# Blocks that wait for each other: the whole grid runs at once where the launch is cooperative or the kernel polls.
+# FLAGS: block b publishes b + 1 in flag[b] with a relaxed store and waits (a relaxed poll) for block b ^ 1's, then
+# writes the sum of both to y[b * 32 + lane]. WHO is the flag it waits for.
+FLAGS = r"""
+__device__ __forceinline__ void put(unsigned* p, unsigned v) {
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned get(const unsigned* p) {
+  unsigned v; asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v;
+}
+extern "C" __global__ void __launch_bounds__(32) flags(const float* x, float* y, unsigned* flag) {
+  if (threadIdx.x == 0) put(flag + blockIdx.x, blockIdx.x + 1);
+  unsigned v = 0;
+  while ((v = get(flag + (WHO))) == 0) { }
+  y[blockIdx.x * 32 + threadIdx.x] = (float)(v + blockIdx.x + 1);
+}
+"""
+
+
+def flags(who: str = "blockIdx.x ^ 1", cooperative: bool = True) -> Candidate:
+    from forge_backend.contract import Scratch
+
+    return Candidate(FLAGS.replace("WHO", who), (Launch("flags", (4, 1, 1), (32, 1, 1), ("in:self", "out:0",
+                                                                                           "scratch:flag"),
+                                                         cooperative=cooperative),),
+                     scratch=(("flag", Scratch(16, zero=True)),))
+
+
+@pytest.mark.parametrize("cooperative", [True, False])
+def test_blocks_that_poll_each_other_run_at_once(cooperative, tmp_path):
+    kernel = host_emulator.HostKernel(CARD, flags(cooperative=cooperative), tmp_path)
+    for _ in range(2):  # both thread orders
+        got = kernel.run({"in:self": np.zeros(256, np.float32), "out:0": np.zeros(256, np.float32)})["out:0"]
+        assert np.array_equal(got[:128], np.repeat([3.0, 3.0, 7.0, 7.0], 32))
+
+
+def test_a_wait_that_nothing_can_end_fails_the_run(tmp_path):
+    """Every block waits for block 0's flag, which block 0 never publishes: the run fails once its threads have
+    only polled for a while, instead of spinning for ever."""
+    cand = flags(who="0")
+    cand = Candidate(cand.source.replace("if (threadIdx.x == 0) put", "if (threadIdx.x == 0 && blockIdx.x) put"),
+                     cand.launches, scratch=cand.scratch)
+    with pytest.raises(host_emulator.EmulatorFault, match="a wait that nothing can end"):
+        host_emulator.HostKernel(CARD, cand, tmp_path).run({"in:self": np.zeros(256, np.float32),
+                                                            "out:0": np.zeros(256, np.float32)})
+
+
+# One block of 64 threads: thread 0 starts a bulk copy of x's 256 bytes into shared memory, counted on an mbarrier;
+# every thread waits for the phase (WAIT) and writes its float, reversed, to y.
+BULK = r"""
+__device__ __forceinline__ unsigned sa(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+extern "C" __global__ void __launch_bounds__(64) bulk(const float* x, float* y) {
+  __shared__ __align__(8) unsigned long long bar;
+  extern __shared__ __align__(128) float s[];
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(sa(&bar)), "r"(1) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(sa(&bar)), "r"(BYTES) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(sa(s)), "l"(x), "r"(BYTES), "r"(sa(&bar)) : "memory");
+  }
+  unsigned done = 0;
+  while (WAIT && !done)
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(sa(&bar)), "r"(0) : "memory");
+  y[threadIdx.x] = s[63 - threadIdx.x];
+  __syncthreads();
+}
+"""
+
+
+def bulk(wait: bool = True, nbytes: int = 256) -> Candidate:
+    return Candidate(BULK.replace("WAIT", str(int(wait))).replace("BYTES", str(nbytes)),
+                     (Launch("bulk", (1, 1, 1), (64, 1, 1), ("in:self", "out:0"), smem=256),))
+
+
+def run_bulk(cand: Candidate, tmp_path, early: bool = False) -> np.ndarray:
+    x = np.arange(64, dtype=np.float32)
+    got = host_emulator.HostKernel(CARD, cand, tmp_path, early_copies=early).run(
+        {"in:self": x, "out:0": np.zeros(256, np.float32)})["out:0"]
+    return got[:64], x[::-1]
+
+
+def test_a_bulk_copy_is_read_after_its_mbarrier_phase(tmp_path):
+    for early in (False, True):
+        got, want = run_bulk(bulk(), tmp_path, early)
+        assert np.array_equal(got, want)
+
+
+def test_a_bulk_copy_read_without_its_wait_shows_when_it_lands_late(tmp_path):
+    """With no wait, the late run reads the poisoned shared memory; copies that land as issued hide it, and the
+    block ends with its copy still in flight only in the late run, which the emulator reports first."""
+    with pytest.raises(host_emulator.EmulatorFault, match="a block ended with a bulk copy in flight"):
+        run_bulk(bulk(wait=False), tmp_path)
+    got, want = run_bulk(bulk(wait=False), tmp_path, early=True)
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("cand,message", [
+    (bulk(nbytes=200), "a bulk copy misaligned or not a multiple of 16 bytes"),
+    (bulk(nbytes=512), "a bulk copy past the shared memory"),
+    (Candidate(BULK.replace("WAIT", "1").replace("BYTES", "256").replace(
+        'asm volatile("mbarrier.init', 's[0] = 0.f; if (0) asm volatile("mbarrier.init'),
+        (Launch("bulk", (1, 1, 1), (64, 1, 1), ("in:self", "out:0"), smem=256),)), "an mbarrier used before its init"),
+    (Candidate(BULK.replace("WAIT", "1").replace("BYTES", "256").replace(
+        "  __syncthreads();\n  if (threadIdx.x == 0) {\n    asm volatile(\"mbarrier.arrive",
+        "  __syncthreads();\n  bar = 0;\n  if (threadIdx.x == 0) {\n    asm volatile(\"mbarrier.arrive"),
+        (Launch("bulk", (1, 1, 1), (64, 1, 1), ("in:self", "out:0"), smem=256),)), "an mbarrier's bytes written over"),
+])
+def test_a_broken_mbarrier_or_bulk_copy_rule_fails_the_run(cand, message, tmp_path):
+    with pytest.raises(host_emulator.EmulatorFault, match=message):
+        run_bulk(cand, tmp_path)
+
+
+# Clusters of two blocks: each block puts a value in a static __shared__ word, and after the cluster barrier reads its
+# peer's through distributed shared memory; with END, a last barrier keeps each block until its peer has read.
+CLUSTER = r"""
+extern "C" __global__ __cluster_dims__(2, 1, 1) void pair(const float* x, float* y);
+extern "C" __global__ void __launch_bounds__(32) pair(const float* x, float* y) {
+  __shared__ float mine;
+  if (threadIdx.x == 0) mine = (float)(blockIdx.x + 1);
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();
+  const unsigned peer = (blockIdx.x % 2) ^ 1u;
+  y[blockIdx.x * 32 + threadIdx.x] = *__cluster_map_shared_rank(&mine, peer);
+  END
+}
+"""
+
+
+def test_a_cluster_reads_its_peers_shared_memory_and_a_block_gone_early_shows(tmp_path):
+    def pair(end: str) -> Candidate:
+        return Candidate(CLUSTER.replace("END", end), (Launch("pair", (4, 1, 1), (32, 1, 1), ("in:self", "out:0")),))
+
+    want = np.repeat([2.0, 1.0, 4.0, 3.0], 32)
+    kernel = host_emulator.HostKernel(CARD, pair("__cluster_barrier_arrive();\n  __cluster_barrier_wait();"), tmp_path)
+    for _ in range(2):
+        got = kernel.run({"in:self": np.zeros(256, np.float32), "out:0": np.zeros(256, np.float32)})["out:0"]
+        assert np.array_equal(got[:128], want)
+    kernel = host_emulator.HostKernel(CARD, pair(""), tmp_path)  # a block may end before its peer reads
+    runs = [kernel.run({"in:self": np.zeros(256, np.float32), "out:0": np.zeros(256, np.float32)})["out:0"][:128]
+            for _ in range(2)]
+    assert not all(np.array_equal(r, want) for r in runs)
+
+
+def test_static_shared_memory_is_each_blocks_own_when_blocks_run_at_once(tmp_path):
+    """Four cooperative blocks at once, each keeping its index in a static __shared__ word across a barrier."""
+    cand = Candidate('extern "C" __global__ void __launch_bounds__(32) own(const float* x, float* y) {\n'
+                     "  __shared__ unsigned b, pad[3];\n  if (threadIdx.x == 0) b = blockIdx.x;\n"
+                     "  __syncthreads();\n  y[blockIdx.x * 32 + threadIdx.x] = (float)b;\n}",
+                     (Launch("own", (4, 1, 1), (32, 1, 1), ("in:self", "out:0"), cooperative=True),))
+    got = host_emulator.HostKernel(CARD, cand, tmp_path).run({"in:self": np.zeros(256, np.float32),
+                                                             "out:0": np.zeros(256, np.float32)})["out:0"]
+    assert np.array_equal(got[:128], np.repeat([0.0, 1.0, 2.0, 3.0], 32))
