@@ -1,9 +1,10 @@
-"""The cooperative layouts' generated CUDA (the relay with all its knobs, the resident softmax, the group norm's lag),
-run on the CPU by tests/host_emulator.py with every block of the grid at once, under the project's verifier: the GPU
-tests' own cases (test_templates_gpu.py), so a GPU-less session's change to these pipelines is checked before any
-GPU runs it. The emulator models what these kernels lean on: mbarriers with transaction counts, bulk copies landing
-as late (or as early) as their mbarrier allows, polls of other blocks' words in global memory, and a wait that
-nothing can end fails the run instead of hanging it.
+"""The cooperative layouts' generated CUDA (the relay with all its knobs, the resident softmax, the group norm's lag)
+and the clusters that keep a chunk in part (some filled by bulk copies), run on the CPU by tests/host_emulator.py
+with the blocks that wait for each other all at once, under the project's verifier: the GPU tests' own cases
+(test_templates_gpu.py), so a GPU-less session's change to these pipelines is checked before any GPU runs it. The
+emulator models what these kernels lean on: mbarriers with transaction counts, bulk copies landing as late (or as
+early) as their mbarrier allows, polls of other blocks' words in global memory, cluster barriers and peers' shared
+memory; a wait that nothing can end fails the run instead of hanging it.
 
 A relay runs on the fewest blocks its progress rule allows (Note [rows relayed through global memory] in relay.py;
 the kernel checks the rule for its own grid and returns at once below it), so the host runs every piece of the card
@@ -61,6 +62,7 @@ GPU_CASES = (
     + [("held", c, gpu.held(c, k)) for c, k in gpu.RELAY_HELD]
     + [("resident", c, {**family_for(c).defaults(c, "resident"), **k}) for c, k in gpu.RESIDENT]
     + [("lag", c, {**family_for(c).defaults(c, "lag"), **k}) for c, k in gpu.GN_LAG]
+    + [("kept", c, p) for c, p in gpu.KEPT_IN_PART]  # clusters with a chunk kept in part, some fetched by bulk copies
 )
 # The roots of issue 4's two relayed rows under 80% (the softmax [64, 262144] bf16 and the group norm [1, 512, 128,
 # 128] fp32), a resident softmax of 256 threads a block, and lags of 128 threads a block over a few groups, one of
@@ -73,12 +75,14 @@ ROOTS = [("root", c, family_for(c).root_params(c)) for c in (tc.softmax((64, 262
 SMALL = [("resident", c, {**family_for(c).defaults(c, "resident"), **k}) for c, k in gpu.RESIDENT
          if k.get("nt") == 256] + \
     [("lag", c, {**family_for(c).defaults(c, "lag"), "block": 128, "bpb": 1, "lag": 3}) for c in LAG_CARDS]
-# By default (CI) the cases of at most 8,192 threads on the host over at most 8.4M elements (about 1-9 s each), and
-# ROOTS and SMALL; KFORGE_HOST_ALL=1 runs every GPU case (a quarter of an hour or more on two cores).
+# By default (CI) the cases of at most 8,192 threads on the host over at most 8.4M elements (about 1-9 s each), the
+# clusters over at most 2M, and ROOTS and SMALL; KFORGE_HOST_ALL=1 runs every GPU case (a quarter of an hour or more).
 ALL = os.environ.get("KFORGE_HOST_ALL") == "1"
 
 
 def by_default(case) -> bool:
+    if case[0] == "kept":  # one cluster at a time on the host: the card's size is the cost
+        return math.prod(case[1].inputs[0].spec.shape) <= 1 << 21
     threads, elements = plan_size(*case)
     return threads <= 8192 and elements <= 1 << 23
 
