@@ -694,12 +694,9 @@ PTX = [
     (r"st\.global(?:\.cs)?\.v([24])\.b32 \[%(\d)\], \{([%\d, ]+)\};",
      lambda m, ops: f"emu_store<{m[1]}>({ops[int(m[2])]}, {{" +
      ", ".join(f"(unsigned)({ops[int(x.strip()[1:])]})" for x in m[3].split(",")) + "})"),
-    (r"cvt\.rn\.bf16x2\.f32 %(\d), %(\d), %(\d);",
-     lambda m, ops: f"({ops[int(m[1])]} = emu_cvt_bf16x2({ops[int(m[2])]}, {ops[int(m[3])]}))"),
-    (r"cvt\.rn\.f16x2\.f32 %(\d), %(\d), %(\d);",
-     lambda m, ops: f"({ops[int(m[1])]} = emu_cvt_f16x2({ops[int(m[2])]}, {ops[int(m[3])]}))"),
-    (r"mul\.rn\.(bf16x2|f16x2) %(\d), %(\d), %(\d);",
-     lambda m, ops: f"({ops[int(m[2])]} = emu_mul_{m[1]}({ops[int(m[3])]}, {ops[int(m[4])]}))"),
+    # paired conversions and products: cvt.rn.bf16x2.f32, mul.rn.f16x2, ...
+    (r"(cvt|mul)\.rn\.(bf16x2|f16x2)(?:\.f32)? %(\d), %(\d), %(\d);",
+     lambda m, ops: f"({ops[int(m[3])]} = emu_{m[1]}_{m[2]}({ops[int(m[4])]}, {ops[int(m[5])]}))"),
     # mbarriers, bulk copies counted on them, and the fences around them (one OS thread: nothing to order)
     (r"mbarrier\.init\.shared(?:::cta)?\.b64 \[%(\d)\], (%\d|\d+);",
      lambda m, ops: f"emu_mbar_init({ops[int(m[1])]}, {_ptx_value(m[2], ops)})"),
