@@ -24,6 +24,7 @@ import torch
 import host_emulator
 import template_cards as tc
 import test_templates_gpu as gpu
+from forge_backend.contract import resolve_plan
 from forge_backend.search.templates import family_for
 from forge_backend.search.templates.relay import progress_ok, writers_progress_ok
 from forge_backend.search.templates.relay_held import held_progress_ok
@@ -47,12 +48,16 @@ def fewest_blocks(p: dict, source: str) -> int:
     raise AssertionError(f"no grid of up to 132 blocks for {p}")
 
 
+def grid_sms(p: dict, source: str) -> int:
+    """The SM count the host launches a case's plan for: a relay's fewest blocks, else the H200's 132."""
+    return fewest_blocks(p, source) if p["strategy"] == "relay" else 132
+
+
 def plan_size(kind: str, card, p: dict) -> tuple[int, int]:
-    """(CUDA threads of the host's grid, elements of the card's first input) of a case."""
+    """(CUDA threads of the plan on the host, elements of the card's first input) of a case."""
     cand = family_for(card).generate(card, p)
-    blocks = fewest_blocks(p, cand.source) if p["strategy"] == "relay" else 132
-    threads = sum(math.prod(l.block) for l in cand.launches) * blocks
-    return threads, math.prod(card.inputs[0].spec.shape)
+    launches, _ = resolve_plan(cand, card.sizes, card.floats, grid_sms(p, cand.source))
+    return sum(math.prod(l.grid) * math.prod(l.block) for l in launches), math.prod(card.inputs[0].spec.shape)
 
 
 GPU_CASES = (
@@ -66,8 +71,8 @@ GPU_CASES = (
 )
 # The roots of issue 4's two relayed rows under 80% (the softmax [64, 262144] bf16 and the group norm [1, 512, 128,
 # 128] fp32), a resident softmax of 256 threads a block, and lags of 128 threads a block over a few groups, one of
-# them odd-sized in bf16 (the GPU cases' residents and lags take 1024 threads an SM, 135,168 on the host: a minute a
-# run; a lag walks the groups in grid-wide steps, so 128 groups took 136 s for five trials, 8 take 5)
+# them odd-sized in bf16 (the GPU cases' residents and lags take 1024 threads an SM, 135,168 on the host; a lag walks
+# the groups in grid-wide steps: at 132 blocks of 128 threads, 128 groups took 136 s for five trials, 8 groups 4 s)
 LAG_CARDS = (tc.group_norm(1, 64, 8, 8, groups=8, dtype="float32"), tc.group_norm(2, 24, 11, 7, groups=6,
                                                                                   dtype="bfloat16"))
 ROOTS = [("root", c, family_for(c).root_params(c)) for c in (tc.softmax((64, 262144), "bfloat16"),
@@ -105,7 +110,7 @@ def test_cooperative_layouts_pass_the_verifier_on_the_host(case, tmp_path):
     fam = family_for(card)
     assert fam.valid(card, p), p
     cand = fam.generate(card, p)
-    sms = fewest_blocks(p, cand.source) if p["strategy"] == "relay" else 132
+    sms = grid_sms(p, cand.source)
     big = math.prod(card.inputs[0].spec.shape) > 1 << 20
     trials = prepare_trials(card, torch.device("cpu"), ("normal",)) if big else None
     try:
