@@ -937,7 +937,7 @@ class HostKernel:
         r = subprocess.run([compiler(), *FLAGS, f"-I{include_dir()}", "-include", str(header), str(cpp),
                             "-o", str(self.exe)], capture_output=True, text=True)
         if r.returncode:
-            raise NotEmulated(f"the host compiler refused the kernel: {r.stderr[-3000:]}")
+            raise NotEmulated(f"the host compiler refused the kernel (exit {r.returncode}): {r.stderr[-3000:]}")
 
     def run(self, buffers: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Every launch over ``buffers`` (in: and out: names, each the raw storage as a flat numpy array; scratch
