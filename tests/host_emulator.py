@@ -34,6 +34,7 @@ the GPU verifier.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import os
 import re
@@ -802,7 +803,7 @@ def shared_arrays(source: str) -> str:
                     r"\2* \3 = reinterpret_cast<\2*>(emu_dynamic_smem());", source)
     if re.search(r"extern\s+__shared__", source):
         raise NotEmulated("a dynamic __shared__ declaration the emulator does not read")
-    count = iter(range(1 << 30))
+    count = itertools.count()
 
     def static(m: re.Match) -> str:
         align, kind = m[2] or "0", m[3]
