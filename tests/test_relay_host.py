@@ -26,24 +26,18 @@ import template_cards as tc
 import test_templates_gpu as gpu
 from forge_backend.contract import resolve_plan
 from forge_backend.search.templates import family_for
-from forge_backend.search.templates.relay import progress_ok, writers_progress_ok
-from forge_backend.search.templates.relay_held import held_progress_ok
+from forge_backend.search.templates.relay import relay_progress_ok
 from forge_backend.verify import prepare_trials
 
 pytestmark = pytest.mark.skipif(host_emulator.compiler() is None, reason="no host C++ compiler")
 
 
-def relay(card, knobs, drop=()) -> dict:
-    """The relay's params of a GPU case: the card's relay defaults without ``drop``, then the case's knobs."""
-    return {**{k: v for k, v in family_for(card).defaults(card, "relay").items() if k not in drop}, **knobs}
-
-
 def fewest_blocks(p: dict, source: str) -> int:
-    """The fewest blocks (of a few counts, from 3) over which the relay ``p`` progresses, by relay.py's rules."""
-    ppr, k, nc = int(re.search(r"constexpr int PPR = (\d+);", source)[1]), p["k"], p.get("nc", 1)
+    """The fewest blocks (of a few counts, from 3) over which the relay ``p`` progresses (relay_progress_ok, for the
+    pieces a row its kernel has)."""
+    ppr = int(re.search(r"constexpr int PPR = (\d+);", source)[1])
     for nb in (3, 4, 5, 7, 8, 11, 16, 22, 33, 44, 66, 132):
-        if (held_progress_ok(ppr, nb, k, p["regs"], nc) if p.get("regs") else writers_progress_ok(ppr, nb, k, nc)
-                if "writers" in p else progress_ok(ppr, nb, k, p["lag"], nc)):
+        if relay_progress_ok(p, ppr, nb):
             return nb
     raise AssertionError(f"no grid of up to 132 blocks for {p}")
 
@@ -60,13 +54,13 @@ def plan_size(kind: str, card, p: dict) -> tuple[int, int]:
     return sum(math.prod(l.grid) * math.prod(l.block) for l in launches), math.prod(card.inputs[0].spec.shape)
 
 
-GPU_CASES = (
-    [("relay", c, relay(c, k)) for c, k in gpu.RELAY + gpu.RELAY_ONCE]
-    + [("halves", c, relay(c, k, ("lag", "once", "halves"))) for c, k in gpu.RELAY_HALVES]
-    + [("writers", c, relay(c, k, ("lag",))) for c, k in gpu.RELAY_WRITERS + gpu.RELAY_RAMP]
+GPU_CASES = (  # each with its params as its GPU test builds them
+    [("relay", c, gpu.with_defaults(c, "relay", k)) for c, k in gpu.RELAY + gpu.RELAY_ONCE]
+    + [("halves", c, gpu.with_defaults(c, "relay", k, ("lag", "once", "halves"))) for c, k in gpu.RELAY_HALVES]
+    + [("writers", c, gpu.with_defaults(c, "relay", k, ("lag",))) for c, k in gpu.RELAY_WRITERS + gpu.RELAY_RAMP]
     + [("held", c, gpu.held(c, k)) for c, k in gpu.RELAY_HELD]
-    + [("resident", c, {**family_for(c).defaults(c, "resident"), **k}) for c, k in gpu.RESIDENT]
-    + [("lag", c, {**family_for(c).defaults(c, "lag"), **k}) for c, k in gpu.GN_LAG]
+    + [("resident", c, gpu.with_defaults(c, "resident", k)) for c, k in gpu.RESIDENT]
+    + [("lag", c, gpu.with_defaults(c, "lag", k)) for c, k in gpu.GN_LAG]
     + [("kept", c, p) for c, p in gpu.KEPT_IN_PART]  # clusters with a chunk kept in part, some fetched by bulk copies
 )
 # The roots of issue 4's two relayed rows under 80% (the softmax [64, 262144] bf16 and the group norm [1, 512, 128,
@@ -77,9 +71,8 @@ LAG_CARDS = (tc.group_norm(1, 64, 8, 8, groups=8, dtype="float32"), tc.group_nor
                                                                                   dtype="bfloat16"))
 ROOTS = [("root", c, family_for(c).root_params(c)) for c in (tc.softmax((64, 262144), "bfloat16"),
                                                              tc.group_norm(1, 512, 128, 128, used=(0,)))]
-SMALL = [("resident", c, {**family_for(c).defaults(c, "resident"), **k}) for c, k in gpu.RESIDENT
-         if k.get("nt") == 256] + \
-    [("lag", c, {**family_for(c).defaults(c, "lag"), "block": 128, "bpb": 1, "lag": 3}) for c in LAG_CARDS]
+SMALL = [("resident", c, gpu.with_defaults(c, "resident", k)) for c, k in gpu.RESIDENT if k.get("nt") == 256] + \
+    [("lag", c, gpu.with_defaults(c, "lag", {"block": 128, "bpb": 1, "lag": 3})) for c in LAG_CARDS]
 # By default (CI) the cases of at most 8,192 threads on the host over at most 8.4M elements (about 1-9 s each), the
 # clusters over at most 2M, and ROOTS and SMALL; KFORGE_HOST_ALL=1 runs every GPU case up to MAX_THREADS (a quarter
 # of an hour or more on two cores).
@@ -147,7 +140,7 @@ MUTATIONS = [
 @pytest.mark.parametrize("what,mode,old,new", MUTATIONS, ids=[m[0] for m in MUTATIONS])
 def test_a_broken_relay_protocol_fails_on_the_host(what, mode, old, new, tmp_path):
     card = tc.softmax((5, 33000), "bfloat16")
-    p = relay(card, {"pe": 4096, "nw": 4, "nc": 2, "k": 4, "writers": True}, ("lag",))
+    p = gpu.with_defaults(card, "relay", {"pe": 4096, "nw": 4, "nc": 2, "k": 4, "writers": True}, ("lag",))
     cand = family_for(card).generate(card, p)
     assert cand.source.count(old) == 1, old
     broken = dataclasses.replace(cand, source=cand.source.replace(old, new))
@@ -181,7 +174,7 @@ def test_a_lag_that_reads_a_statistic_one_arrival_early_fails_on_the_host(tmp_pa
     statistic before it is stored."""
     card = LAG_CARDS[0]
     fam = family_for(card)
-    cand = fam.generate(card, {**fam.defaults(card, "lag"), "block": 128, "bpb": 1, "lag": 3})
+    cand = fam.generate(card, gpu.with_defaults(card, "lag", {"block": 128, "bpb": 1, "lag": 3}))
     old = "while (ld_acquire(cnt + gw) - base < (unsigned)(NB + 1)) { }"
     assert cand.source.count(old) == 1
     broken = cand.source.replace(old, "while (ld_acquire(cnt + gw) - base < (unsigned)NB) { }")

@@ -30,6 +30,11 @@ def check(card, params=None, arch=None):
     assert rep.ok, (card.op, params, rep.failed_check, rep.message)
 
 
+def with_defaults(card, strategy: str, knobs: dict, drop=()) -> dict:
+    """A case's params: the card's defaults of ``strategy`` without the keys ``drop``, then the case's ``knobs``."""
+    return {**{k: v for k, v in family_for(card).defaults(card, strategy).items() if k not in drop}, **knobs}
+
+
 ANCHOR_CARDS = (
     [tc.spatial_mean((b, 2048, 7, 7), dt) for b in (1, 32, 256) for dt in ("float32", "float16")]
     + [tc.group_norm(*s, dtype=dt, used=(0,)) for s in ((1, 512, 128, 128), (1, 512, 256, 256), (1, 256, 512, 512),
@@ -210,7 +215,7 @@ RELAY_ONCE = [
                          f"-{c[0].inputs[0].spec.dtype}-pe{c[1]['pe']}-lag{c[1]['lag']}")
 def test_relay_evaluating_the_prologue_once_passes_the_verifier(case):
     card, knobs = case
-    check(card, {**family_for(card).defaults(card, "relay"), **knobs})
+    check(card, with_defaults(card, "relay", knobs))
 
 
 # Note [stores of whole sectors] (softmax_relay.py): the write reads half packs, so a lane stores 16 bytes of fp32: the
@@ -244,9 +249,7 @@ RELAY_HALVES = [
                          "".join(f"-{key}" for key in ("writers", "once", "halves") if key in c[1]))
 def test_relay_storing_whole_sectors_passes_the_verifier(case):
     card, knobs = case
-    base = {key: v for key, v in family_for(card).defaults(card, "relay").items()
-            if key not in ("lag", "once", "halves")}
-    check(card, {**base, **knobs})
+    check(card, with_defaults(card, "relay", knobs, ("lag", "once", "halves")))
 
 
 @pytest.mark.parametrize("case", RELAY, ids=lambda c: f"{c[0].op.removeprefix('aten.')}-" +
@@ -254,8 +257,7 @@ def test_relay_storing_whole_sectors_passes_the_verifier(case):
                          f"-{c[0].inputs[0].spec.dtype}-pe{c[1]['pe']}-nw{c[1]['nw']}")
 def test_relay_passes_the_verifier(case):
     card, knobs = case
-    fam = family_for(card)
-    check(card, {**fam.defaults(card, "relay"), **knobs})
+    check(card, with_defaults(card, "relay", knobs))
 
 
 # Note [writers of their own]: writer warps beside reducers (no lag) over short last pieces, log_softmax, fp16 and bf16,
@@ -302,8 +304,7 @@ RELAY_WRITERS = [
                          + "".join(f"-{key}" for key in ("writers", "hold", "once") if key in c[1]))
 def test_relay_with_writers_or_hold_passes_the_verifier(case):
     card, knobs = case
-    base = {key: v for key, v in family_for(card).defaults(card, "relay").items() if key != "lag"}
-    check(card, {**base, **knobs})
+    check(card, with_defaults(card, "relay", knobs, ("lag",)))
 
 
 def test_relay_is_captured_and_replayed_by_a_cuda_graph():
@@ -376,8 +377,7 @@ RELAY_RAMP = [
                          "x".join(map(str, c[0].inputs[0].spec.shape)) + f"-ramp{c[1]['ramp']}")
 def test_relay_with_a_ramp_passes_the_verifier(case):
     card, knobs = case
-    base = {key: v for key, v in family_for(card).defaults(card, "relay").items() if key != "lag"}
-    check(card, {**base, **knobs})
+    check(card, with_defaults(card, "relay", knobs, ("lag",)))
 
 
 # Note [the GPU's SM count in a plan] (contract.py): relay roots launched as GPUs with fewer SMs would launch them (an
@@ -445,8 +445,7 @@ RELAY_HELD = [
 
 def held(card, knobs):
     # no lag (writers of their own) and no halves (the held writers read whole packs: Note [stores of whole sectors])
-    base = {key: v for key, v in family_for(card).defaults(card, "relay").items() if key not in ("lag", "halves")}
-    return {**base, "nc": 1, "writers": True, **knobs}
+    return with_defaults(card, "relay", {"nc": 1, "writers": True, **knobs}, ("lag", "halves"))
 
 
 @pytest.mark.parametrize("case", RELAY_HELD, ids=lambda c: f"{c[0].op.removeprefix('aten.')}-" +
@@ -488,7 +487,7 @@ RESIDENT = [
                          "".join(f"-{k}{v}" for k, v in c[1].items()))
 def test_resident_softmax_passes_the_verifier(case):
     card, knobs = case
-    check(card, {**family_for(card).defaults(card, "resident"), **knobs})
+    check(card, with_defaults(card, "resident", knobs))
 
 
 @pytest.mark.parametrize("case", [RESIDENT[0], RESIDENT[9]], ids=["softmax", "softcap"])
@@ -716,7 +715,7 @@ GN_LAG = [
                          f"-{c[0].inputs[0].spec.dtype}" + "".join(f"-{k}{v}" for k, v in c[1].items()))
 def test_group_norm_lag_passes_the_verifier(case):
     card, knobs = case
-    check(card, {**family_for(card).defaults(card, "lag"), **knobs})
+    check(card, with_defaults(card, "lag", knobs))
 
 
 @pytest.mark.parametrize("case", [GN_LAG[2], GN_LAG[5], GN_LAG[9]], ids=["lag3", "small", "early"])

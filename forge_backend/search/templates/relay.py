@@ -142,12 +142,21 @@ def relay_valid(p: dict[str, Any], rows: int, cols: int, isz: int, vbytes: int =
         return False
     if not (1 <= nw and 1 <= nc <= 4 and relay_threads(p) <= 1024 and (own or 1 <= lag) and k <= 16):
         return False
-    ppr, regs = cdiv(cols, pe), p.get("regs", 0)
+    ppr = cdiv(cols, pe)
     if not held_regs(p, pe // (32 * vec * nw), relay_threads(p), isz):
         return False  # Note [pieces held in the writers' registers] in relay_held.py
-    progress = (held_progress_ok(ppr, SMS, k, regs, nc) if regs else writers_progress_ok(ppr, SMS, k, nc)) if own \
-        else progress_ok(ppr, SMS, k, lag, nc)
-    return relay_smem(p, isz, vbytes) <= smem - 1024 and ppr <= 1024 and progress and rows * ppr < 2**40
+    return relay_smem(p, isz, vbytes) <= smem - 1024 and ppr <= 1024 and relay_progress_ok(p, ppr, SMS) and \
+        rows * ppr < 2**40
+
+
+def relay_progress_ok(p: dict[str, Any], ppr: int, blocks: int) -> bool:
+    """The progress rule of ``p``'s layout (held pieces, writers of their own, or a lag) for ``ppr`` pieces a row over
+    ``blocks`` blocks: the rule the kernel checks again for its own grid as it starts."""
+    k, nc = p["k"], p["nc"]
+    if "writers" in p:
+        regs = p.get("regs", 0)
+        return held_progress_ok(ppr, blocks, k, regs, nc) if regs else writers_progress_ok(ppr, blocks, k, nc)
+    return progress_ok(ppr, blocks, k, p["lag"], nc)
 
 
 def progress_ok(ppr: int, blocks: int, k: int, lag: int, nc: int) -> bool:
