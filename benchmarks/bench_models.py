@@ -33,7 +33,7 @@ from unittest import mock
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import environment, log, without_shipped_records, write_results  # noqa: E402
+from harness import environment, log, titled, without_shipped_records, write_results  # noqa: E402
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 DEFAULT = "resnet50::fp16_b1,sd35_vae::bf16_1024,sd35_mmdit::bf16_txt333,gemma4::eager_attn,qwen35_moe::eager_attn"
@@ -336,7 +336,7 @@ def merge(dirs: list[Path], out: Path, stem: str = "models", layout: str | None 
     env = {**parts[0]["environment"], "command": " + ".join(p["environment"]["command"] for p in parts),
            "split": layout or f"{len(parts)} processes side by side, one GPU and its own CPU cores each"}
     rows = [r for p in parts for r in p["rows"]]
-    write_results(out / stem, env, rows, COLUMNS, "kforge end-to-end models (H200)")
+    write_results(out / stem, env, rows, COLUMNS, titled("kforge end-to-end models", env))
     log(f"merged {len(rows)} rows; kernels beating eager, summed over models: "
         f"{sum(r.get('kernels_beating_eager', 0) for r in rows)}")
 
@@ -404,7 +404,7 @@ def main() -> None:
             f"{row['kforge_inductor_counters']}, while timing {row['timing_counters']}; eager rerun rel err "
             f"{row['eager_rerun_rel_err']:.3g}, kforge eager vs Inductor {row['kforge_eager_vs_inductor_rel_err']:.3g}, "
             f"reference overwritten: {row['ref_overwritten']}")
-        title = "kforge end-to-end models (H200)" + (", check=True: timings not comparable" if args.check else "")
+        title = titled("kforge end-to-end models", env) + (", check=True: timings not comparable" if args.check else "")
         write_results(args.out / results_stem(args.check, args.mode), env, rows, COLUMNS, title)
         torch.cuda.empty_cache()
     distinct = {k for r in rows for k in r.get("replaced_keys", [])}

@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import environment, log, name_matches, without_shipped_records, write_results  # noqa: E402
+from harness import environment, log, name_matches, titled, without_shipped_records, write_results  # noqa: E402
 from rows import ROWS, SEED_ROWS  # noqa: E402
 
 OPS_COLUMNS = ["op", "shape", "dtype", "eager_us", "inductor_us", "kforge_us", "floor_us", "pct_bw", "copy_us",
@@ -250,6 +250,9 @@ def merge(runs: list[tuple[str, Path]], out: Path, note: str | None = None) -> N
     if not parts:
         raise ValueError("--merge needs at least one LABEL=OPS_JSON")
     first = parts[0][1]["environment"]
+    gpus = {part["environment"].get("gpu") for _, part, _ in parts}
+    if len(gpus) > 1:  # a row's percent of the copy bandwidth and its place beside the others are the GPU's own
+        raise ValueError(f"--merge takes runs of one GPU; these ran on {', '.join(sorted(map(str, gpus)))}")
     env = {k: first[k] for k in ("gpu", "torch", "cuda", "nvrtc") if k in first}
     rows: dict[tuple, dict] = {}
     for label, part, name in parts:
@@ -260,7 +263,7 @@ def merge(runs: list[tuple[str, Path]], out: Path, note: str | None = None) -> N
             rows[(r["op"], tuple(r["shape"]), r["dtype"])] = {**r, "run": label}  # a later run replaces the row
     notes = ["Every row's eager, Inductor and kforge times come from one run (column `run`); ratios never mix "
              "runs." + (f" {note}" if note else "")] + _notes(None)
-    write_results(out / "ops", env, list(rows.values()), OPS_COLUMNS + ["run"], "kforge per-operator benchmark (H200)",
+    write_results(out / "ops", env, list(rows.values()), OPS_COLUMNS + ["run"], titled("kforge per-operator benchmark", env),
                   notes)
 
 
@@ -311,7 +314,7 @@ def main() -> None:
             f"{_us(r.get('eager_graph_us'))} copy {_us(r.get('copy_graph_us'))} search {r['search_s']:.1f}s "
             f"[{r['replaced']}]")
         torch.cuda.empty_cache()
-        write_results(args.out / "ops", env, rows, OPS_COLUMNS, "kforge per-operator benchmark (H200)",
+        write_results(args.out / "ops", env, rows, OPS_COLUMNS, titled("kforge per-operator benchmark", env),
                       _notes(bw))
     write_results(args.out / "first_kernels", env, firsts, FIRST_COLUMNS, "kforge first kernels (template roots)",
                   _notes(bw) + ["kforge_us here is the template library's first candidate for the signature, "

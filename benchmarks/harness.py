@@ -30,6 +30,12 @@ def environment(command: str) -> dict[str, Any]:
     return env
 
 
+def titled(what: str, env: dict[str, Any]) -> str:
+    """A results table's title naming the GPU its environment ran on (the device may lend an H100 where an H200 was
+    asked for: a table's title must not say otherwise)."""
+    return f"{what} ({env.get('gpu') or 'no GPU'})"
+
+
 def write_results(path: Path, env: dict[str, Any], rows: Sequence[dict[str, Any]], columns: Sequence[str],
                   title: str, notes: Sequence[str] = ()) -> None:
     """``path``.json with the environment and rows, and ``path``.md with the same as a table."""

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import environment, write_results  # noqa: E402
+from harness import environment, titled, write_results  # noqa: E402
 
 COLUMNS = ["idle_s", "busy_ms", "first_us", "again_us", "first_vs_again"]
 
@@ -63,8 +63,9 @@ def main() -> None:
                          "first_vs_again": first / again})
             print(f"idle {idle:.1f} s, busy {busy:5.0f} ms: first {first:6.1f} us, again {again:6.1f} us", flush=True)
     if args.out:
-        write_results(args.out / "idle_then_time", environment("python " + " ".join(sys.argv)), rows, COLUMNS,
-                      f"A {args.mib} MiB copy timed after the GPU sat idle (one H200)")
+        env = environment("python " + " ".join(sys.argv))
+        write_results(args.out / "idle_then_time", env, rows, COLUMNS,
+                      titled(f"A {args.mib} MiB copy timed after the GPU sat idle", env))
 
 
 if __name__ == "__main__":

@@ -149,6 +149,8 @@ def conv_variants() -> list[dict[str, Any]]:
     # Note [whole lines, 8 x 8 blocks turned in registers] (`--strategy lines`): 8 or 4 outputs a work item
     lines = list(grid(strategy="lines", tp=[128, 256], tc=64, block=[128, 256], stages=[2, 3, 4], vo=[8, 4]))
     lines += list(grid(strategy="lines", tp=128, tc=[64, 128], block=256, stages=3, vo=[8, 4], cfirst=True))
+    # bands balanced over the grid (conv_lines.balanced_tp: Qwen's 208) and the widths between
+    lines += list(grid(strategy="lines", tp=[136, 152, 176, 208], tc=64, block=256, stages=[3, 4], vo=8))
     return out + chunks + [{**p, "direct": True} for p in chunks] + rowfast + flat + bands + lines
 
 

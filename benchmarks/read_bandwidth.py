@@ -22,7 +22,6 @@ tens of microseconds; a 1 GiB read reads up to several percent slow there.)
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -89,7 +88,7 @@ def main() -> None:
     args = ap.parse_args()
     import cupy as cp
 
-    from harness import environment, write_results
+    from harness import environment, titled, write_results
 
     dev = cp.cuda.Device(0)
     sms = dev.attributes["MultiProcessorCount"]
@@ -137,9 +136,10 @@ def main() -> None:
         print(f"{r['kernel']:5s} {r['layout']:12s} chunk {r['chunk']:6d} depth {r['depth']}: {r['us']:7.1f} us "
               f"{r['gbps']:7.0f} GB/s")
     if args.out:
-        write_results(args.out / "read_bandwidth", environment("python " + " ".join(sys.argv)), rows,
-                      ["kernel", "layout", "chunk", "depth", "threads", "us", "gbps"],
-                      f"Reading {args.mib} MiB once, by access pattern (one H200)")
+        env = environment("python " + " ".join(sys.argv))
+        write_results(args.out / "read_bandwidth", env, rows, ["kernel", "layout", "chunk", "depth", "threads", "us",
+                                                               "gbps"],
+                      titled(f"Reading {args.mib} MiB once, by access pattern", env))
 
 
 if __name__ == "__main__":

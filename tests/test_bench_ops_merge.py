@@ -41,3 +41,19 @@ def test_the_command_line_wants_labels(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["bench_ops.py", "--merge", str(tmp_path / "a.json"), "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="LABEL=OPS_JSON"):
         bench_ops.main()
+
+
+def test_runs_of_different_gpus_are_not_merged_and_the_title_names_the_gpu(tmp_path):
+    """A row's percent of the copy bandwidth is its GPU's: a table never mixes an H100 run into the H200's, and its
+    title names the GPU its runs ran on (the device may lend an H100 where an H200 was asked for)."""
+    a = run(tmp_path / "a.json", "bench_ops.py --rows softmax", 4250.6, [("softmax", [64, 262144], "float32", 43.1)])
+    b = tmp_path / "b.json"
+    part = json.loads(run(b, "bench_ops.py --rows conv", 3021.7, [("causal_conv1d", [1, 2048, 8192], "bfloat16",
+                                                                   23.9)]).read_text())
+    part["environment"]["gpu"] = "NVIDIA H100 80GB HBM3"
+    b.write_text(json.dumps(part))
+    with pytest.raises(ValueError, match="runs of one GPU; these ran on NVIDIA H100 80GB HBM3, NVIDIA H200"):
+        bench_ops.merge([("A", a), ("B", b)], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    bench_ops.merge([("B", b)], tmp_path / "out")
+    assert (tmp_path / "out" / "ops.md").read_text().startswith("# kforge per-operator benchmark (NVIDIA H100 80GB")

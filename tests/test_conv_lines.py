@@ -84,6 +84,10 @@ LAYOUTS = [
     (1, 64, 99, 5, 2, {"tp": 256, "tc": 64, "block": 256, "stages": 5, "vo": 8}, True),
     (1, 64, 5, 2, 0, {"tp": 64, "tc": 64, "block": 128, "stages": 2, "vo": 8}, False),  # rows of 4: under a vector
     (2, 64, 3, 4, 3, {"tp": 64, "tc": 64, "block": 256, "stages": 6, "cfirst": True, "vo": 8}, False),
+    # bands of any multiple of 8 (Note [whole lines, 8 x 8 blocks turned in registers], bands balanced)
+    (1, 64, 300, 4, 3, {"tp": 208, "tc": 64, "block": 256, "stages": 3, "vo": 8}, False),  # Qwen's balanced band
+    (2, 128, 131, 5, 2, {"tp": 72, "tc": 128, "block": 128, "stages": 2, "cfirst": True, "vo": 8}, True),
+    (1, 64, 141, 4, 3, {"tp": 136, "tc": 64, "block": 256, "stages": 4, "vo": 4}, False),
     # four outputs a work item: phases mod 4, 8-byte stores
     (1, 64, 300, 4, 3, {"tp": 128, "tc": 64, "block": 256, "stages": 3, "vo": 4}, False),
     (2, 128, 131, 4, 3, {"tp": 64, "tc": 64, "block": 128, "stages": 4, "vo": 4}, True),
@@ -162,7 +166,27 @@ def test_knobs_outside_their_values_are_refused():
     card = tc.causal_conv1d(128, 131)
     base = conv.defaults(card, "lines")
     assert conv.valid(card, base)
-    for bad in ({"tp": 32}, {"tc": 32}, {"block": 512}, {"stages": 1}, {"stages": 7}, {"cfirst": False}, {"vo": 2},
+    for bad in ({"tp": 32}, {"tp": 56}, {"tp": 132}, {"tp": 264}, {"tc": 32}, {"block": 512}, {"stages": 1}, {"stages": 7}, {"cfirst": False}, {"vo": 2},
                 {"vo": 16}, {"vec": 8}):
         assert not conv.valid(card, {**base, **bad}), bad
     assert not conv.valid(card, {k: v for k, v in base.items() if k != "vo"})
+
+
+def test_the_balanced_band_loads_the_busiest_block_least():
+    """Qwen's conv: 17 bands of 128 make 2176 tiles, nine for some of the 264 blocks; 208 makes 10 bands, 1280 tiles,
+    five at most; every other valid band loads the busiest block at least as much. The search reaches it in one
+    action; a layout whose band is already the best gets no such action."""
+    card = tc.causal_conv1d(8192, 2048)
+    root = conv.root_params(card)
+    assert conv_lines.tiles(card, root) == 2176 and conv_lines.tiles(card, {**root, "tp": 208}) == 1280
+    tp = conv_lines.balanced_tp(card, root)
+    assert tp == 208
+    load = conv_lines.tile_load(card, {**root, "tp": tp})
+    assert load == 5 * (218 + 208) and load < conv_lines.tile_load(card, root) == 9 * (138 + 128)
+    assert all(conv_lines.tile_load(card, {**root, "tp": t}) >= load for t in conv_lines.TP_RANGE)
+    assert dict(conv.actions(card, root))["tp 128 -> 208 (bands balanced over the grid)"] == {**root, "tp": 208}
+    small = tc.causal_conv1d(64, 100)  # fewer tiles than blocks: the narrowest band spreads them over the most
+    base = conv.defaults(small, "lines")
+    assert conv_lines.balanced_tp(small, base) == 64
+    narrow = {**base, "tp": 64}
+    assert not any("balanced" in label for label, _ in conv.actions(small, narrow))

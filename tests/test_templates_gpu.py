@@ -663,7 +663,13 @@ CONV_LINES = [
                                                                            "stages": 3}),
     (tc.causal_conv1d(64, 3, k=4, dtype="float16"), {"tp": 64, "tc": 64, "block": 256, "stages": 5}),
 ]
+CONV_LINES += [  # bands of any multiple of 8 (the balanced band: Qwen's 208)
+    (tc.causal_conv1d(8192, 2048, k=4, dtype="bfloat16"), {"tp": 208, "tc": 64, "block": 256, "stages": 3}),
+    (tc.causal_conv1d(128, 131, k=5, dtype="float16", padding=2, bias=True, batch=2),
+     {"tp": 72, "tc": 128, "block": 128, "stages": 2, "cfirst": True}),
+]
 CONV_LINES = [(card, {"vo": 8, **p}) for card, p in CONV_LINES] + [  # four outputs a work item
+    (tc.causal_conv1d(64, 141, k=4, dtype="bfloat16"), {"tp": 136, "tc": 64, "block": 256, "stages": 4, "vo": 4}),
     (tc.causal_conv1d(8192, 2048, k=4, dtype="bfloat16"), {"tp": 128, "tc": 64, "block": 256, "stages": 3, "vo": 4}),
     (tc.causal_conv1d(128, 131, k=4, dtype="float16", bias=True, batch=2), {"tp": 64, "tc": 128, "block": 128,
                                                                            "stages": 4, "vo": 4, "cfirst": True}),

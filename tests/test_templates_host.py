@@ -47,3 +47,23 @@ def test_each_strategy_passes_the_verifier_on_the_host(card, p, tmp_path):
     except host_emulator.TooManyThreads as e:
         pytest.skip(str(e)[:200])
     assert rep.ok, (p, rep.failed_check, rep.message)
+
+
+# Note [whole lines, 8 x 8 blocks turned in registers] (conv_lines.py), bands balanced: bands of any multiple of 8,
+# none a power of two here, with a row's last band partial and a first band that starts before the row
+LINES_BANDS = [
+    (tc.causal_conv1d(64, 141, k=4, dtype="bfloat16"), {"tp": 136, "tc": 64, "block": 256, "stages": 4, "vo": 4}),
+    (tc.causal_conv1d(128, 131, k=5, dtype="float16", padding=2, bias=True, batch=2),
+     {"tp": 72, "tc": 128, "block": 128, "stages": 2, "cfirst": True, "vo": 8}),
+    (tc.causal_conv1d(64, 300, k=4, dtype="bfloat16"), {"tp": 208, "tc": 64, "block": 256, "stages": 3, "vo": 8}),
+]
+
+
+@pytest.mark.parametrize("card,p", LINES_BANDS, ids=lambda v: f"tp{v['tp']}-vo{v['vo']}" if isinstance(v, dict) else
+                         _id(v))
+def test_conv_lines_bands_of_any_multiple_of_8_pass_the_verifier_on_the_host(card, p, tmp_path):
+    p = {"strategy": "lines", **p}
+    fam = family_for(card)
+    assert fam.valid(card, p)
+    rep = host_emulator.verify_on_host(card, fam.generate(card, p), tmp_path, max_threads=MAX_THREADS)
+    assert rep.ok, (p, rep.failed_check, rep.message)

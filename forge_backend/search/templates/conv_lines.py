@@ -9,7 +9,7 @@ from typing import Any
 
 from ...cards import OperatorCard
 from ...contract import NUM_SMS, Candidate
-from .common import ITEMSIZE, PREAMBLE, align_of, cdiv, consts, flag_knob, input_spec, launch, make_candidate, \
+from .common import ITEMSIZE, PREAMBLE, SMS, align_of, cdiv, consts, flag_knob, input_spec, launch, make_candidate, \
     output_spec, scale_knob, typedefs
 from .conv_shared import STORE16, blocks_per_sm, channels_fast, contiguous_output, conv_params, dims
 from .target import smem_limit
@@ -52,9 +52,17 @@ from .target import smem_limit
 # at K 4, more than its line loads. They are now read as the 32-bit words of the chunk's 8 x K weights, every index
 # a constant of the unrolled loops, and NVVM joins a channel's words into one 8-byte load at K 4 (PTX: 8
 # ``ld.shared.v2`` a work item where there were 32 ``ld.shared.u16``; the same registers).
+# Bands balanced over the grid (fifty-fourth session): the blocks walk the tiles in turns of the grid, so the
+# busiest block takes ceil(tiles / grid) of them. Qwen's rows of 2051 outputs need 17 bands of 128 (the last holds
+# 10 outputs) and 128 channel tiles: 2176 tiles over the 264 blocks of two an SM is 8.24 a block, and 64 blocks take a
+# ninth. A band may be any multiple of 8 from 64 to 256 outputs (every index above needs only TP a multiple of VO):
+# ``balanced_tp`` picks the one whose busiest block moves the fewest window and output lines (``tile_load``), 208 at
+# Qwen's conv (10 bands, 1280 tiles, 4.85 a block, five at most). An action, not the root: on the H100 (this
+# session, results/h100/) the root ran at 94% of the copy bandwidth; the H200 decides.
 
 LINES_KEYS = frozenset({"strategy", "tp", "tc", "block", "stages", "cfirst", "vo"})
 MAX_K = 8  # lines a work item holds: 2 VO + K - 2, four registers each
+TP_RANGE = range(64, 257, 8)  # outputs of a band: a multiple of 8 (of VO, which keeps the stores aligned)
 
 
 def halo(card: OperatorCard, p: dict[str, Any]) -> int:
@@ -125,7 +133,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     if x.stride[0] % 8 or x.stride[2] % 8 or k > MAX_K:
         return False
     tc, tp = p.get("tc"), p.get("tp")
-    if tc not in (64, 128) or c % tc or tp not in (64, 128, 256) or p.get("block") not in (128, 256):
+    if tc not in (64, 128) or c % tc or tp not in TP_RANGE or p.get("block") not in (128, 256):
         return False
     if p.get("stages") not in (2, 3, 4, 5, 6) or p.get("cfirst") not in (None, True) or p.get("vo") not in (4, 8):
         return False
@@ -134,10 +142,26 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     return smem_bytes(card, p) <= smem_limit(card) and tiles(card, p) < 2**31 and n * c < 2**31
 
 
+def tile_load(card: OperatorCard, p: dict[str, Any]) -> int:
+    """Lines the busiest block moves (Note [whole lines, 8 x 8 blocks turned in registers], bands balanced): its
+    ceil(tiles / grid) tiles, each a window of TP + K + VO - 2 input lines and TP output lines, the grid ``SMS``
+    times the resident blocks."""
+    return cdiv(tiles(card, p), SMS * resident(card, p)) * (window_rows(card, p) + p["tp"])
+
+
+def balanced_tp(card: OperatorCard, p: dict[str, Any]) -> int:
+    """The band (in TP_RANGE) of the least ``tile_load`` among the valid ones, ties to the wider band; ``p``'s own
+    if none is valid."""
+    fits = [t for t in TP_RANGE if valid(card, {**p, "tp": t})]
+    return min(fits, key=lambda t: (tile_load(card, {**p, "tp": t}), -t)) if fits else p["tp"]
+
+
 def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     stages = [(f"stages {p['stages']} -> {s}", {**p, "stages": s}) for s in (p["stages"] - 1, p["stages"] + 1)]
-    return (scale_knob(p, "vo") + scale_knob(p, "tp") + scale_knob(p, "tc") + scale_knob(p, "block") + stages
-            + [flag_knob(p, "cfirst")])
+    tp = balanced_tp(card, p)
+    balanced = [(f"tp {p['tp']} -> {tp} (bands balanced over the grid)", {**p, "tp": tp})]
+    return (scale_knob(p, "vo") + scale_knob(p, "tp") + balanced + scale_knob(p, "tc") + scale_knob(p, "block")
+            + stages + [flag_knob(p, "cfirst")])
 
 
 KERNEL = r"""
