@@ -263,8 +263,8 @@ def merge(runs: list[tuple[str, Path]], out: Path, note: str | None = None) -> N
             rows[(r["op"], tuple(r["shape"]), r["dtype"])] = {**r, "run": label}  # a later run replaces the row
     notes = ["Every row's eager, Inductor and kforge times come from one run (column `run`); ratios never mix "
              "runs." + (f" {note}" if note else "")] + _notes(None)
-    write_results(out / "ops", env, list(rows.values()), OPS_COLUMNS + ["run"], titled("kforge per-operator benchmark", env),
-                  notes)
+    write_results(out / "ops", env, list(rows.values()), OPS_COLUMNS + ["run"],
+                  titled("kforge per-operator benchmark", env), notes)
 
 
 # Note [a table from several runs]

@@ -166,8 +166,8 @@ def test_knobs_outside_their_values_are_refused():
     card = tc.causal_conv1d(128, 131)
     base = conv.defaults(card, "lines")
     assert conv.valid(card, base)
-    for bad in ({"tp": 32}, {"tp": 56}, {"tp": 132}, {"tp": 264}, {"tc": 32}, {"block": 512}, {"stages": 1}, {"stages": 7}, {"cfirst": False}, {"vo": 2},
-                {"vo": 16}, {"vec": 8}):
+    for bad in ({"tp": 32}, {"tp": 56}, {"tp": 132}, {"tp": 264}, {"tc": 32}, {"block": 512}, {"stages": 1},
+                {"stages": 7}, {"cfirst": False}, {"vo": 2}, {"vo": 16}, {"vec": 8}):
         assert not conv.valid(card, {**base, **bad}), bad
     assert not conv.valid(card, {k: v for k, v in base.items() if k != "vo"})
 

@@ -47,18 +47,20 @@ from .target import smem_limit
 # 110), so three blocks of 256 threads fit an SM where ``vo`` 8 fits two; and a tile of TP 128 by TC 64 has 256 work
 # items, one for each thread of such a block, where ``vo`` 8 has 128 and leaves half the threads idle between the
 # copies. It costs twice the store instructions and 11% more shared loads an output (10 lines for 4 outputs against
-# 18 for 8). Not yet measured; the search weighs it, one action from the root.
-# The weights (fifty-second session, not yet measured): a channel's K taps were K 2-byte shared loads, 32 a work item
+# 18 for 8). Measured on an H100 only (fifty-fourth session, results/h100/probe_session54_lines.*, one run): slower
+# than its ``vo`` 8 twin in each of the 14 layouts, by 1.0-7.3 us (the root's twin 25.2 us against 23.5); the search
+# still weighs it, one action from the root.
+# The weights (fifty-second session): a channel's K taps were K 2-byte shared loads, 32 a work item
 # at K 4, more than its line loads. They are now read as the 32-bit words of the chunk's 8 x K weights, every index
 # a constant of the unrolled loops, and NVVM joins a channel's words into one 8-byte load at K 4 (PTX: 8
 # ``ld.shared.v2`` a work item where there were 32 ``ld.shared.u16``; the same registers).
 # Bands balanced over the grid (fifty-fourth session): the blocks walk the tiles in turns of the grid, so the
-# busiest block takes ceil(tiles / grid) of them. Qwen's rows of 2051 outputs need 17 bands of 128 (the last holds
-# 10 outputs) and 128 channel tiles: 2176 tiles over the 264 blocks of two an SM is 8.24 a block, and 64 blocks take a
-# ninth. A band may be any multiple of 8 from 64 to 256 outputs (every index above needs only TP a multiple of VO):
-# ``balanced_tp`` picks the one whose busiest block moves the fewest window and output lines (``tile_load``), 208 at
-# Qwen's conv (10 bands, 1280 tiles, 4.85 a block, five at most). An action, not the root: on the H100 (this
-# session, results/h100/) the root ran at 94% of the copy bandwidth; the H200 decides.
+# busiest block takes ceil(tiles / grid) of them. Qwen's rows of 2051 outputs need 17 bands of 128 (the last holds at
+# most 10 of a row's outputs) and 128 channel tiles: 2176 tiles over the 264 blocks of two an SM is 8.24 a block, and
+# 64 blocks take a ninth. A band may be any multiple of 8 from 64 to 256 outputs (every index above needs only TP a
+# multiple of VO): ``balanced_tp`` picks the one whose busiest block moves the fewest window and output lines
+# (``tile_load``), 208 at Qwen's conv (10 bands, 1280 tiles, 4.85 a block, five at most). An action, not the root:
+# on the H100 (this session, results/h100/) the root ran at 94% of the copy bandwidth; the H200 decides.
 
 LINES_KEYS = frozenset({"strategy", "tp", "tc", "block", "stages", "cfirst", "vo"})
 MAX_K = 8  # lines a work item holds: 2 VO + K - 2, four registers each
