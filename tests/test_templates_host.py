@@ -8,6 +8,8 @@ host runs a cluster's blocks, or a polling grid's, at once. The cooperative layo
 threads than MAX_THREADS is skipped."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import host_emulator
@@ -67,3 +69,16 @@ def test_conv_lines_bands_of_any_multiple_of_8_pass_the_verifier_on_the_host(car
     assert fam.valid(card, p)
     rep = host_emulator.verify_on_host(card, fam.generate(card, p), tmp_path, max_threads=MAX_THREADS)
     assert rep.ok, (p, rep.failed_check, rep.message)
+
+
+def test_a_band_width_mistyped_in_the_store_fails_on_the_host(tmp_path):
+    """The emulator sees a band's width: the kernel of bands of 136 whose store takes 128 for its band's start writes
+    outputs to the wrong places."""
+    card, p = LINES_BANDS[0]
+    p = {"strategy": "lines", **p}
+    cand = family_for(card).generate(card, p)
+    good = "const int t0 = b * TP - ph + VO * g;"
+    assert good in cand.source
+    bad = dataclasses.replace(cand, source=cand.source.replace(good, "const int t0 = b * 128 - ph + VO * g;"))
+    rep = host_emulator.verify_on_host(card, bad, tmp_path, max_threads=MAX_THREADS)
+    assert not rep.ok and rep.failed_check.startswith("mismatch"), (rep.failed_check, rep.message)

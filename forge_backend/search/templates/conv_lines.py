@@ -59,8 +59,9 @@ from .target import smem_limit
 # most 10 of a row's outputs) and 128 channel tiles: 2176 tiles over the 264 blocks of two an SM is 8.24 a block, and
 # 64 blocks take a ninth. A band may be any multiple of 8 from 64 to 256 outputs (every index above needs only TP a
 # multiple of VO): ``balanced_tp`` picks the one whose busiest block moves the fewest window and output lines
-# (``tile_load``), 208 at Qwen's conv (10 bands, 1280 tiles, 4.85 a block, five at most). An action, not the root:
-# on the H100 (this session, results/h100/) the root ran at 94% of the copy bandwidth; the H200 decides.
+# (``tile_load``), 208 at Qwen's conv (10 bands, 1280 tiles, 4.85 a block, five at most; ptxas: 110 registers and no
+# spills, as at 128). An action, not the root: not yet timed on any GPU (on the H100, this session, results/h100/,
+# the root ran at 94% of the copy bandwidth); the H200 decides (benchmarks/plans/conv_bands_balanced.sh).
 
 LINES_KEYS = frozenset({"strategy", "tp", "tc", "block", "stages", "cfirst", "vo"})
 MAX_K = 8  # lines a work item holds: 2 VO + K - 2, four registers each
