@@ -5,7 +5,7 @@
 # tiles at most a block where TP 128 gives nine to 64 blocks). One H200 call, about 4 minutes after the setup:
 # the template's variants beside the root (TP 128-256, the balanced 208 among them), the conv GPU verifier cases,
 # the ops row (a 25-iteration search that reaches the balanced band in one action), the transposes beside the root.
-# SHORT=1 (about 3 minutes, for a call on little device time): only the root, five balanced layouts and the root
+# SHORT=1 (about 3 minutes, for a call on little device time): only the root, five layouts of wider bands and the root
 # again, then the verifier cases and the ops row.
 #   bash benchmarks/plans/conv_bands_balanced.sh   -> $OUT/r.tgz (lines.log, lines/, t1/, ops/, probe_transpose.*)
 set -u
