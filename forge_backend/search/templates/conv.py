@@ -32,9 +32,11 @@ of a channels-fast input], Note [channel tiles first], Note [the next tile's loa
   aligned 16-byte vectors, the band shifted back by the row's phase. The root of Qwen's layout since the twenty-fourth
   session (21.6 us, 73% of the copy bandwidth, in ops run W) until the fifty-first.
 - ``lines`` (16-bit channels-fast input, contiguous output; Note [whole lines, 8 x 8 blocks turned in registers],
-  conv_lines.py): resident blocks walk tiles of 64 channels over bands of 128 outputs, their windows of whole lines
-  copied ahead by ``cp.async``, and turn 8 x 8 blocks in registers into aligned 16-byte output vectors, every phase a
-  constant (or 8 x 4 blocks into 8-byte vectors, ``vo`` 4). The root of Qwen's layout since the fifty-first session.
+  conv_lines.py): resident blocks walk tiles of 64 channels over bands of 128 outputs (any multiple of 8 from 64 to
+  256; an action goes to the band balanced over the grid), their windows of whole lines copied ahead by ``cp.async``,
+  and turn 8 x 8 blocks in registers into aligned 16-byte output vectors, every phase a constant (or 8 x 4 blocks into
+  8-byte vectors, ``vo`` 4). The root of Qwen's layout since the fifty-first session; first run on a GPU (an H100, 94%
+  of its copy bandwidth) in the fifty-fourth.
 
 On the H200 (tenth session, benchmarks/results/h200/ops.json, row ``causal_conv1d``, run F): the rows with two
 positions per lane ran 30.4 us against Inductor's 193.1 us and eager's 299.3 us, at 52% of the copy bandwidth; inside
