@@ -35,7 +35,7 @@ of a channels-fast input], Note [channel tiles first], Note [the next tile's loa
   conv_lines.py): resident blocks walk tiles of 64 channels over bands of 128 outputs (any multiple of 8 from 64 to
   256; an action goes to the band balanced over the grid), their windows of whole lines copied ahead by ``cp.async``,
   and turn 8 x 8 blocks in registers into aligned 16-byte output vectors, every phase a constant (or 8 x 4 blocks into
-  8-byte vectors, ``vo`` 4). The root of Qwen's layout since the fifty-first session; first run on a GPU (an H100, 94%
+  8-byte vectors, ``vo`` 4). The root of Qwen's layout since the fifty-first session; first run on a GPU (an H100, 93-95%
   of its copy bandwidth) in the fifty-fourth.
 
 On the H200 (tenth session, benchmarks/results/h200/ops.json, row ``causal_conv1d``, run F): the rows with two
