@@ -137,8 +137,8 @@ def main() -> None:
               f"{r['gbps']:7.0f} GB/s")
     if args.out:
         env = environment("python " + " ".join(sys.argv))
-        write_results(args.out / "read_bandwidth", env, rows, ["kernel", "layout", "chunk", "depth", "threads", "us",
-                                                               "gbps"],
+        columns = ["kernel", "layout", "chunk", "depth", "threads", "us", "gbps"]
+        write_results(args.out / "read_bandwidth", env, rows, columns,
                       titled(f"Reading {args.mib} MiB once, by access pattern", env))
 
 
