@@ -24,6 +24,7 @@ from .cli_common import console_for, kforge_errors
 from .errors import KforgeError
 from .store import (CorruptRecord, KernelRecord, LocalStore, Published, RecordDirectory, RecordReader, ShippedStore,
                     TeamStore, TeamStoreUnavailable)
+from .store.reverified import Reverified, taken_here, timed_elsewhere
 
 cache_app = typer.Typer(name="cache", help="Inspect and manage kforge's kernel cache.", no_args_is_help=True,
                         add_completion=False)
@@ -298,7 +299,10 @@ def _cuda_available() -> bool:
 
 def _verify_gpu(console: Console, store: LocalStore, *tiers: RecordReader | None) -> int:
     """Re-verify every kernel record of ``store`` and then of ``tiers`` (the team's, the shipped ones: each key
-    once, in lookup order) on this GPU; returns how many failed. Unavailable is not a failure."""
+    once, in lookup order) on this GPU; returns how many failed. Unavailable is not a failure, nor is a kernel timed
+    on another GPU model that is correct here but does not beat eager by the margin: it is reported and stays
+    untrusted, so that a compile searches its signature (Note [a record timed on another GPU model] in
+    store/reverified.py)."""
     try:
         from .runtime.provider import reverify_records
     except ImportError as e:
@@ -311,18 +315,36 @@ def _verify_gpu(console: Console, store: LocalStore, *tiers: RecordReader | None
     for tier in filter(None, tiers):
         records += [r for k, r in tier.items() if r.decision == "kernel" and k not in seen]
         seen.update(tier.keys())
-    failed = other = 0
-    for rec, ok, message in reverify_records(records):
-        if ok is None:  # made for another arch: nothing here can use it, so it is neither passed nor failed
-            other += 1
-            console.print(f"  skip {rec.key[:16]} {rec.signature.get('op')}: {message}")
-            continue
-        store.put(rec.replace(trusted=ok))  # a shipped record that passes becomes a trusted local copy
-        failed += not ok
-        console.print(f"  {'ok  ' if ok else 'FAIL'} {rec.key[:16]} {rec.signature.get('op')}: {message}")
-    console.print(f"GPU re-verification: {len(records) - failed - other} passed, {failed} failed"
-                  + (f", {other} for another GPU arch skipped" if other else ""))
-    return failed
+    from .config import KforgeConfig
+
+    margin = KforgeConfig.load().margin
+    counts = {"ok  ": 0, "FAIL": 0, "slow": 0, "skip": 0}
+    for rec, found, message in reverify_records(records):
+        word, copy, why = _reverified_copy(rec, found, margin)
+        counts[word] += 1
+        if copy is not None:
+            store.put(copy)
+        console.print(f"  {word} {rec.key[:16]} {rec.signature.get('op')}: {why or message}")
+    console.print(f"GPU re-verification: {counts['ok  ']} passed, {counts['FAIL']} failed"
+                  + (f", {counts['slow']} correct but slower here than eager by the margin (not used)"
+                     if counts["slow"] else "")
+                  + (f", {counts['skip']} for another GPU arch skipped" if counts["skip"] else ""))
+    return counts["FAIL"]
+
+
+def _reverified_copy(rec: KernelRecord, found: Reverified | None, margin: float
+                     ) -> tuple[str, KernelRecord | None, str]:
+    """How ``kforge cache verify --gpu`` words a re-verification, the record it stores (None: nothing) and why. A
+    record timed on this GPU model keeps its source (this machine's own search stays publishable); one re-timed here
+    is the copy a compile would keep."""
+    if found is None:  # made for another arch: nothing here can use it, so it is neither passed nor failed
+        return "skip", None, ""
+    kept, why = taken_here(rec, found, margin)
+    if kept is None:
+        return ("slow" if found.ok else "FAIL"), rec.replace(trusted=False), why
+    if rec.decision == "kernel" and timed_elsewhere(rec, found.gpu):
+        return "ok  ", kept, why
+    return "ok  ", rec.replace(trusted=True), why
 
 
 @cache_app.command("export")

@@ -348,12 +348,13 @@ def _searched_elsewhere(item: PlanItem, store) -> PrewarmResult | None:
 
 def _take_shipped(item: PlanItem, cfg: KforgeConfig, client, store, reverify) -> PrewarmResult | None:
     """Note [a shipped record in a prewarm]: the item's shipped record re-verified on this GPU and stored locally as
-    trusted, as a result; None (logged) when it fails, so the caller searches."""
+    trusted, as a result; None (logged) when it fails, or is slower here (Note [a record timed on another GPU
+    model] in store/reverified.py), so the caller searches."""
     from .runtime.cuda_provider import reverified_locally
 
     rec, why = reverified_locally(item.shipped, client, cfg, store, reverify)
     if rec is None:
-        log.warning("kforge: the %s record of %s failed re-verification on this GPU (%s); searching it",
+        log.warning("kforge: the %s record of %s is not used on this GPU (%s); searching it",
                     item.shipped.source, item.card.op, why)
         return None
     return _from_record(item, rec, "shipped", f"{item.shipped.source}, re-verified here: {why}")

@@ -10,6 +10,7 @@ from forge_backend.config import KforgeConfig
 from forge_backend.errors import BadOption
 from forge_backend.inspect_model import model_cards
 from forge_backend.prewarm import PrewarmResult, plan
+from forge_backend.store.reverified import Reverified
 
 QUICKSTART = str(Path(__file__).parent.parent / "examples" / "quickstart.py")
 runner = CliRunner()
@@ -367,16 +368,35 @@ def _shipped_softmax(tmp_path, verdict):
 
 
 def test_prewarm_takes_a_shipped_record_that_reverifies_instead_of_searching(tmp_path):
-    results, searched, local = _shipped_softmax(tmp_path, (True, "verified; 4.0 us, 1.3x eager"))
+    found = Reverified(True, "verified; 4.0 us, 1.3x eager", "NVIDIA H200", (4.0,), 5.2, 3000.0)
+    results, searched, local = _shipped_softmax(tmp_path, found)
     assert searched == [] and results[0].status == "shipped" and results[0].decision == "kernel"
     assert "4.0 us" in results[0].reason
     assert local.trusted and local.source == "local" and local.timings["kforge_us"] == 4.1  # kept, as compiles do
 
 
 def test_prewarm_searches_a_shipped_record_that_fails_reverification(tmp_path):
-    results, searched, local = _shipped_softmax(tmp_path, (False, "values: max_rel_err 0.5"))
+    results, searched, local = _shipped_softmax(tmp_path, Reverified(False, "values: max_rel_err 0.5", "NVIDIA H200"))
     assert len(searched) == 1 and results[0].status == "searched" and results[0].speedup == 1.36
     assert local.timings["kforge_us"] == 3.9  # the search's record, not the shipped one
+
+
+def test_prewarm_retimes_a_shipped_record_of_another_gpu_model(tmp_path):
+    """Note [a record timed on another GPU model]: the H200's record, correct on an H100 and 1.25x eager there in
+    fresh runs, is kept with the H100's times, and the prewarm's row says so."""
+    found = Reverified(True, "verified; 4.24 us, 1.25x eager on NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3",
+                       (4.3, 4.24, 4.2), 5.3, 3000.0)
+    results, searched, local = _shipped_softmax(tmp_path, found)
+    assert searched == [] and results[0].status == "shipped" and "re-timed here" in results[0].reason
+    assert local.provenance["gpu"] == "NVIDIA H100 80GB HBM3" and local.timings["kforge_us"] == 4.24
+
+
+def test_prewarm_searches_a_shipped_record_slower_than_eager_on_another_gpu_model(tmp_path):
+    """The same record at 1.01x eager on the H100 (under the 3% margin) is searched there, as if it had failed."""
+    found = Reverified(True, "verified", "NVIDIA H100 80GB HBM3", (5.3, 5.25, 5.2), 5.3, 3000.0)
+    results, searched, local = _shipped_softmax(tmp_path, found)
+    assert len(searched) == 1 and results[0].status == "searched"
+    assert local.timings["kforge_us"] == 3.9
 
 
 def test_prewarm_plan_prefers_the_local_cache_and_force_ignores_shipped():

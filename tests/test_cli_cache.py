@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from forge_backend.cli_cache import age, cache_app, resolve_key, KeyLookupError
 from forge_backend.store import LocalStore
+from forge_backend.store.reverified import Reverified
 
 from test_store import make_record  # noqa: E402 (tests/ is on sys.path under pytest's default import mode)
 
@@ -110,26 +111,57 @@ def test_verify_counts_and_gpu_unavailable(env, monkeypatch):
     assert r.exit_code == 1 and "1 ok, 1 corrupt" in r.output and "integrity mismatch" in r.output
 
 
-@pytest.mark.parametrize("ok,message,summary,trusted", [
-    (True, "3/3 trials within tolerance", "1 passed, 0 failed", True),
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+@pytest.mark.parametrize("found,summary,trusted,code", [
+    (Reverified(True, "verified; 4.00 us, 1.30x eager on NVIDIA H200", "NVIDIA H200", (4.0,), 5.2, 3000.0),
+     "1 passed, 0 failed", True, 0),
+    (Reverified(False, "values: max_rel_err 0.5", "NVIDIA H200"), "0 passed, 1 failed", False, 1),
     # made for another GPU arch: neither passed nor failed, and not copied into the local cache as trusted
-    (None, "made for sm_90; this GPU is sm_80", "0 passed, 0 failed, 1 for another GPU arch skipped", False),
-], ids=["passes", "another-arch"])
-def test_verify_gpu_marks_records(env, monkeypatch, ok, message, summary, trusted):
+    (None, "0 passed, 0 failed, 1 for another GPU arch skipped", False, 0),
+    # Note [a record timed on another GPU model]: correct on an H100 and no faster than eager there; not a failure
+    (Reverified(True, "verified", H100, (5.3, 5.2, 5.25), 5.3, 3000.0),
+     "0 passed, 0 failed, 1 correct but slower here than eager by the margin (not used)", False, 0),
+], ids=["passes", "fails", "another-arch", "slower-on-another-model"])
+def test_verify_gpu_marks_records(env, monkeypatch, found, summary, trusted, code):
     import types
 
     import forge_backend.cli_cache as cli_cache
 
     fake = types.ModuleType("forge_backend.runtime.provider")
-    fake.reverify_records = lambda recs: ((rec, ok, message) for rec in recs)
+    fake.reverify_records = lambda recs: ((rec, found, found.why if found else "made for sm_90") for rec in recs)
     monkeypatch.setitem(sys.modules, "forge_backend.runtime.provider", fake)
     monkeypatch.setattr(cli_cache, "_cuda_available", lambda: True)
     with LocalStore(env["cache"]) as store:
         store.put(env["a"].replace(trusted=False))
     r = invoke("verify", "--cache-dir", env["cache"], "--gpu")
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == code, r.output
     assert summary in r.output
-    assert LocalStore(env["cache"]).get(env["a"].key).trusted is trusted
+    kept = LocalStore(env["cache"]).get(env["a"].key)
+    assert kept.trusted is trusted and kept.provenance["gpu"] == "NVIDIA H200" and kept.timings == env["a"].timings
+
+
+def test_verify_gpu_retimes_a_record_of_another_gpu_model(env, monkeypatch):
+    """An H200's record that is 1.25x eager on an H100 becomes a trusted copy with the H100's times, and the other
+    GPU's figures in its provenance."""
+    import types
+
+    import forge_backend.cli_cache as cli_cache
+
+    found = Reverified(True, "verified; 4.24 us, 1.25x eager on " + H100, H100, (4.3, 4.24, 4.2), 5.3, 2000.0)
+    fake = types.ModuleType("forge_backend.runtime.provider")
+    fake.reverify_records = lambda recs: ((rec, found, found.why) for rec in recs)
+    monkeypatch.setitem(sys.modules, "forge_backend.runtime.provider", fake)
+    monkeypatch.setattr(cli_cache, "_cuda_available", lambda: True)
+    with LocalStore(env["cache"]) as store:
+        store.put(env["a"].replace(trusted=False))
+    r = invoke("verify", "--cache-dir", env["cache"], "--gpu")
+    assert r.exit_code == 0 and "1 passed, 0 failed" in r.output and "re-timed here" in r.output, r.output
+    kept = LocalStore(env["cache"]).get(env["a"].key)
+    assert kept.trusted and kept.provenance["gpu"] == H100 and kept.timings["kforge_us"] == 4.24
+    assert kept.provenance["first_timed_on"] == {"gpu": "NVIDIA H200", "kforge_us": 4.1, "speedup_vs_eager": 1.29,
+                                                 "pct_bw": 4.2}
 
 
 def test_export_then_import(env):

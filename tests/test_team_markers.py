@@ -21,6 +21,7 @@ from forge_backend.prewarm import PlanItem
 from forge_backend.store import TeamStore
 from forge_backend.store import team_markers as tm
 from forge_backend.store.claims import ClaimBusy
+from forge_backend.store.reverified import Reverified
 from forge_backend.store.team_markers import MarkedElsewhere, TeamMarkers
 
 from test_store import make_record  # noqa: E402 (tests/ is on sys.path under pytest's default import mode)
@@ -278,7 +279,7 @@ def searching(calls: list, then=None):
 
 
 def reverified(record, client, cfg):
-    return True, "re-verified here (fake)"
+    return Reverified(True, "re-verified here (fake)", "NVIDIA H200")
 
 
 def test_a_prewarm_leaves_a_teammates_search_for_last_and_takes_its_kernel(tmp_path, team, monkeypatch):
@@ -413,7 +414,8 @@ def compile_with_team(tmp_path: Path, team: TeamStore, monkeypatch):
 
     monkeypatch.setattr(search_runner, "run_search", run_search)
     monkeypatch.setattr(search_runner, "has_template", lambda c: True)
-    monkeypatch.setattr(cuda_provider, "reverify_record", lambda record, client, cfg_: (True, "re-verified (fake)"))
+    monkeypatch.setattr(cuda_provider, "reverify_record",
+                        lambda record, client, cfg_: Reverified(True, "re-verified (fake)", "NVIDIA H200"))
     monkeypatch.setattr(cuda_provider, "impl_from_record", lambda c, r, cfg_: SimpleNamespace(key=r.key, src=r.source))
     counters.clear()
 

@@ -22,6 +22,7 @@ from forge_backend.runtime import cuda_provider
 from forge_backend.store import (BadKey, LocalStore, Published, ShippedStore, TeamStore, TeamStoreUnavailable,
                                  TieredStore, publish_found, team_store)
 from forge_backend.store import team as team_mod
+from forge_backend.store.reverified import Reverified
 from forge_backend.store.team import not_publishable, publish_verdict
 
 from test_store import make_record  # noqa: E402 (tests/ is on sys.path under pytest's default import mode)
@@ -339,7 +340,7 @@ def test_a_team_record_is_reverified_on_this_gpu_before_use_and_kept_locally(tmp
 
     def fake_reverify(record, client, cfg_):
         asked.append((record.source, record.trusted))
-        return True, "verified; 4.00 us, 1.30x eager"
+        return Reverified(True, "verified; 4.00 us, 1.30x eager", "NVIDIA H200", (4.0,), 5.2, 3000.0)
 
     monkeypatch.setattr(cuda_provider, "reverify_record", fake_reverify)
     monkeypatch.setattr(cuda_provider, "impl_from_record",
@@ -362,7 +363,8 @@ def test_a_team_record_is_reverified_on_this_gpu_before_use_and_kept_locally(tmp
 def test_a_team_record_that_fails_here_is_not_used(tmp_path: Path, team: TeamStore, monkeypatch, caplog):
     rec = make_record()
     team.write(rec)
-    monkeypatch.setattr(cuda_provider, "reverify_record", lambda record, client, cfg_: (False, "values: 0.5 off"))
+    monkeypatch.setattr(cuda_provider, "reverify_record",
+                        lambda record, client, cfg_: Reverified(False, "values: 0.5 off", "NVIDIA H200"))
     monkeypatch.setattr(cuda_provider, "impl_from_record", lambda *a: pytest.fail("an unverified kernel was loaded"))
     cfg = KforgeConfig.load({"cache_dir": str(tmp_path / "cache"), "team_store": str(team.directory),
                              "search": "off"}, env={})
@@ -370,7 +372,8 @@ def test_a_team_record_that_fails_here_is_not_used(tmp_path: Path, team: TeamSto
     provider._client = object()
     with caplog.at_level("WARNING", logger="kforge"):
         assert provider._kernel_for(rec.card_obj(), cfg, time.monotonic() + 60) is None
-    assert "record from team failed re-verification" in caplog.text and provider.local.get(rec.key) is None
+    assert "record from team not used on this GPU (failed re-verification: values: 0.5 off)" in caplog.text
+    assert provider.local.get(rec.key) is None
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -605,7 +608,8 @@ def test_cli_verify_gpu_reverifies_the_team_kernels_too(cli_env, monkeypatch):
     team.write(timed(cli_env["mine"], 3.0))  # the local record of this key is the one re-verified
     asked = []
     fake = types.ModuleType("forge_backend.runtime.provider")
-    fake.reverify_records = lambda recs: ((asked.append((r.key, r.source)) or r, True, "verified") for r in recs)
+    found = Reverified(True, "verified", "NVIDIA H200", (4.0,), 5.2, 3000.0)
+    fake.reverify_records = lambda recs: ((asked.append((r.key, r.source)) or r, found, "verified") for r in recs)
     monkeypatch.setitem(sys.modules, "forge_backend.runtime.provider", fake)
     monkeypatch.setattr(cli_cache, "_cuda_available", lambda: True)
     r = invoke("verify", "--cache-dir", cli_env["cache"], "--team-dir", str(team.directory), "--gpu")

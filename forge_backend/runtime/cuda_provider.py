@@ -13,13 +13,14 @@ op to PyTorch (strict: raised).
 Note [a record that fails here is searched]
 A shipped or imported record was verified on another GPU. Its kernel can fail here: a relay kernel's cooperative
 launch needs its 132 blocks resident at once, which a GPU of the same arch with fewer SMs (an H100 PCIe: 114)
-refuses, and a record can simply be wrong. Such a record is then treated as a miss: with ``search="on_miss"`` the
-signature is searched on this GPU, and the winner (or PyTorch's decision) goes to the local cache, whose tier comes
-before the shipped one, so the next compile takes it without asking the failed record again (``kforge prewarm`` does
-the same: Note [a shipped record in a prewarm] in prewarm.py). Without a search the op stays with PyTorch, and the
-failure is remembered for the rest of the process (by the record's integrity digest), so a model that
-meets the signature in several graphs re-verifies it once; a new process asks again, as the record may have been
-replaced. The counter ``kforge.reverify_failed`` counts them.
+refuses, and a record can simply be wrong. A kernel timed on another GPU model can also be correct here and no
+faster than eager (Note [a record timed on another GPU model] in store/reverified.py). Such a record is then
+treated as a miss: with ``search="on_miss"`` the signature is searched on this GPU, and the winner (or PyTorch's
+decision) goes to the local cache, whose tier comes before the shipped one, so the next compile takes it without
+asking the failed record again (``kforge prewarm`` does the same: Note [a shipped record in a prewarm] in
+prewarm.py). Without a search the op stays with PyTorch, and the failure is remembered for the rest of the process
+(by the record's integrity digest), so a model that meets the signature in several graphs re-verifies it once; a
+new process asks again, as the record may have been replaced. The counter ``kforge.reverify_failed`` counts them.
 
 Note [a card of another GPU's arch]
 A card's arch is that of the GPU its tensors are on, but the worker that searches and verifies, and the launcher a
@@ -59,6 +60,7 @@ from ..store.claims import ClaimBusy, search_claims
 from ..store.local import LocalStore
 from ..store.queue import MissQueue
 from ..store.record import KernelRecord
+from ..store.reverified import Reverified, taken_here, timed_elsewhere
 from ..store.shipped import ShippedStore, TieredStore
 from ..store.team import team_store
 from ..store.team_markers import MarkedElsewhere, markers_of
@@ -101,7 +103,7 @@ class CudaProvider:
         self._loaded: dict[tuple[str, bool], KernelImpl] = {}  # (key, check) -> loaded kernel
         # key -> (kforge_us, inductor_us) where the kernel beats Inductor's single op, None where it does not
         self._vs_inductor: dict[tuple[str, float], tuple[float, float] | None] = {}
-        # (key, record integrity) of the untrusted records that failed re-verification on this GPU (the Note above)
+        # (key, record integrity) of the untrusted records not used on this GPU (the Note above)
         self._failed_here: set[tuple[str, str]] = set()
         self.queue = MissQueue(cfg.cache_dir)  # Note [a miss kept for later] in store/queue.py
         self._queued: set[str] = set()  # keys this process queued: one entry, and one count, a process
@@ -341,8 +343,7 @@ class CudaProvider:
             if record is None:
                 self._failed_here.add(memo)
                 then = "searched here" if cfg.search == "on_miss" else "left to PyTorch"
-                log.warning("kforge: %s record from %s failed re-verification on this GPU (%s); %s", card.op,
-                            source, why, then)
+                log.warning("kforge: %s record from %s not used on this GPU (%s); %s", card.op, source, why, then)
                 return None
         impl = impl_from_record(card, record, cfg)
         self._loaded[(card.key, cfg.check)] = impl
@@ -352,38 +353,43 @@ class CudaProvider:
 def reverified_locally(record: KernelRecord, client: WorkerClient | None, cfg: KforgeConfig, local: LocalStore,
                        reverify=None) -> tuple[KernelRecord | None, str]:
     """A record from another machine (team, shipped, imported) re-verified on this GPU (``reverify``, default
-    ``reverify_record``) and kept in ``local`` as trusted, with why it passed; (None, why not) when it fails. A first
-    compile and ``kforge prewarm`` take shipped records this way."""
-    ok, why = (reverify or reverify_record)(record, client, cfg)
-    if not ok:
-        return None, why
-    record = record.marked(source="local", trusted=True, reverified=True)
-    local.put(record)
-    return record, why
+    ``reverify_record``) and kept in ``local`` as trusted, with why it was taken; (None, why not) when it fails here,
+    or was timed on another GPU model and does not beat eager by the margin here (Note [a record timed on another
+    GPU model] in store/reverified.py). A first compile and ``kforge prewarm`` take shipped records this way."""
+    kept, why = taken_here(record, (reverify or reverify_record)(record, client, cfg), cfg.margin)
+    if kept is not None:
+        local.put(kept)
+    return kept, why
 
 
 def reverify_record(record: KernelRecord, client: WorkerClient | None = None,
-                    cfg: KforgeConfig | None = None) -> tuple[bool, str]:
-    """Verify a record's kernel on this GPU in a worker process (for shipped, imported or team records)."""
+                    cfg: KforgeConfig | None = None) -> Reverified:
+    """Verify a record's kernel on this GPU in a worker process (for shipped, imported or team records), and time it:
+    in fresh runs where the record was timed on another GPU model (Note [a record timed on another GPU model])."""
     cfg = cfg or KforgeConfig.load()
     if not torch.cuda.is_available():
-        return False, "no CUDA GPU"
+        return Reverified(False, "no CUDA GPU")
     candidate = record.candidate_obj()
     if candidate is None:
-        return True, "decision 'pytorch': nothing to verify"
+        return Reverified(True, "decision 'pytorch': nothing to verify")
     card = record.card_obj()
     own_client = client is None
     client = client or WorkerClient(cfg.cache_dir, torch.cuda.current_device())
+    gpu = torch.cuda.get_device_name(getattr(client, "device_index", None))
     try:
         compiled = compile_candidate(candidate, card.arch, cfg.cache_dir)
-        r = client.call({"cmd": "evaluate", "card": card.to_json(), "candidate": candidate.to_json(),
-                         "cubin": compiled.cubin})
+        req = {"card": card.to_json(), "candidate": candidate.to_json(), "cubin": compiled.cubin}
+        r = client.call({"cmd": "evaluate", **req})
+        if not r["ok"]:
+            rep = r["verify_report"]
+            return Reverified(False, f"{rep['failed_check']}: {rep['message']}", gpu)
+        times = (r["time_us"],)
+        if timed_elsewhere(record, gpu):  # as a search re-measures its winner: no single lucky run decides
+            times = tuple(client.call({"cmd": "remeasure", **req, "runs": 3})["times_us"])
     except CandidateFailure as e:
-        return False, f"{e.stage}: {e.message}"
+        return Reverified(False, f"{e.stage}: {e.message}", gpu)
     finally:
         if own_client:
             client.close()
-    if not r["ok"]:
-        rep = r["verify_report"]
-        return False, f"{rep['failed_check']}: {rep['message']}"
-    return True, f"verified; {r['time_us']:.2f} us, {r['speedup']:.2f}x eager"
+    found = Reverified(True, "", gpu, times, r["eager_us"], r.get("bandwidth_gbps"))
+    return dataclasses.replace(found, why=f"verified; {found.kforge_us:.2f} us, {found.speedup:.2f}x eager on {gpu}")

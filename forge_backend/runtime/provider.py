@@ -30,15 +30,18 @@ def default_provider(cfg: KforgeConfig):
     return CudaProvider.shared(cfg)
 
 
-def reverify_records(records: Iterable[Any]) -> Iterator[tuple[Any, bool | None, str]]:
-    """Re-verify stored records' kernels on this GPU (``kforge cache verify --gpu``), yielding (record, ok, message)
-    as each finishes; ok is None for a record made for another arch, which no signature here can match. One worker
-    process serves them all: starting one costs seconds (it imports torch)."""
+def reverify_records(records: Iterable[Any]) -> Iterator[tuple[Any, Any, str]]:
+    """Re-verify stored records' kernels on this GPU (``kforge cache verify --gpu``), yielding (record, found,
+    message) as each finishes: ``found`` the :class:`~..store.reverified.Reverified` (None for a record made for
+    another arch, which no signature here can match), ``message`` what it says. One worker process serves them all:
+    starting one costs seconds (it imports torch)."""
     import torch
+
+    from ..store.reverified import Reverified
 
     if not torch.cuda.is_available():
         for rec in records:
-            yield rec, False, "no CUDA GPU visible"
+            yield rec, Reverified(False, "no CUDA GPU visible"), "no CUDA GPU visible"
         return
     from ..signature import arch_of
     from .cuda_provider import reverify_record
@@ -54,7 +57,7 @@ def reverify_records(records: Iterable[Any]) -> Iterator[tuple[Any, bool | None,
             if arch != here:
                 yield rec, None, f"made for {arch}; this GPU is {here}"
                 continue
-            ok, message = reverify_record(rec, client, cfg)
-            yield rec, ok, message
+            found = reverify_record(rec, client, cfg)
+            yield rec, found, found.why
     finally:
         client.close()

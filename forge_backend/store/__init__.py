@@ -8,7 +8,8 @@ Anything read from another machine (team, shipped, imported) comes back ``truste
 Beside the tiers, :class:`MissQueue` keeps the cards of the misses compiles did not search, for ``kforge prewarm
 --queued`` (Note [a miss kept for later] in queue.py); claims.py says which process of this machine searches a
 signature or times on a GPU (Note [one search of a signature at a time]), team_markers.py which machine of a team
-searches a signature (Note [a search a teammate is running]).
+searches a signature (Note [a search a teammate is running]); reverified.py what this machine keeps of such a
+record once its kernel ran here (Note [a record timed on another GPU model]).
 
 Layering: store imports contract, signature, errors and fsutil (cards lazily, for views; config for type hints
 only); the store is imported by the runtime, prewarm, the CLI and the UI, never the other way.
