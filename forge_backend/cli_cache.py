@@ -25,6 +25,7 @@ from .errors import KforgeError
 from .store import (CorruptRecord, KernelRecord, LocalStore, Published, RecordDirectory, RecordReader, ShippedStore,
                     TeamStore, TeamStoreUnavailable)
 from .store.reverified import Reverified, taken_here, timed_elsewhere
+from .store.team import this_gpu
 
 cache_app = typer.Typer(name="cache", help="Inspect and manage kforge's kernel cache.", no_args_is_help=True,
                         add_completion=False)
@@ -115,7 +116,7 @@ def _team(team_dir: Path | None) -> TeamStore:
             raise TeamStoreUnavailable("no team store is configured: set KFORGE_TEAM_STORE (the team_store option) or "
                                        "pass --team-dir DIR")
         team_dir = Path(configured)
-    team = TeamStore(team_dir)
+    team = TeamStore(team_dir, this_gpu())  # this GPU model's records first (Note [a team of several GPU models])
     if not team.directory.is_dir():
         raise TeamStoreUnavailable(team.missing())
     return team

@@ -14,6 +14,7 @@ Set ``team_store`` (``KFORGE_TEAM_STORE``) to use one.
   Records that came from elsewhere (re-verified shipped, imported or team records) are not published again. What a
   publish does when the team already holds the key: Note [what a publish replaces].
 * A published kernel takes the search that found it along: Note [a search tree beside a team's kernel].
+* A team of several GPU models of one arch: Note [a team of several GPU models].
 * Writes are atomic (temp file, then rename) and world-readable, so a reader on another machine sees a whole file or
   none. A corrupt or mismatched file is a miss, reported; a directory that cannot be reached is
   Note [a team store that cannot be reached].
@@ -35,11 +36,25 @@ itself. A publish writes its record when the team holds none of the key (or only
 * a kernel replaces a kernel only when it was measured on the same GPU name (``provenance["gpu"]``) and is faster
   (``timings["kforge_us"]``, the median of the winner's re-measured runs). Times of two GPU models do not compare,
   and GPUs of one arch share a key (an H100 PCIe and an H200 are both sm_90). Otherwise the team's kernel stays; the
-  publisher keeps its own in its local cache, which it looks up first anyway.
+  publisher keeps its own in its local cache, which it looks up first anyway. A kernel of another named model goes
+  into that model's folder instead, under these same rules (Note [a team of several GPU models]).
 
 A publish reads, compares and renames without a lock (a network filesystem's locks are not to be relied on), so two
 machines publishing one key at once both write and the last rename wins, perhaps with the slower of two verified
 kernels, until the next publish of that key. A reader never sees half a file.
+
+Note [a team of several GPU models]
+GPUs of one arch share a key (an H100 and an H200 are both sm_90), and the team store held one record a key. A
+kernel measured on another model than the team's kernel of its key was refused (above: times of two models do not
+compare), so a teammate on that model kept what its own search found to itself, and every other teammate on that
+model re-timed the first model's kernel (Note [a record timed on another GPU model] in reverified.py) and, where it
+lost there, searched again. Now such a kernel goes beside the key's record, into its model's folder,
+``gpus/<model>/<key>.json`` (:func:`gpu_slug`: "NVIDIA H100 80GB HBM3" -> ``nvidia-h100-80gb-hbm3``), under the same
+rules against what that folder holds, its search tree into ``gpus/<model>/searches/``. The key's own record stays
+where it is, and so does every rule for it: PyTorch's decisions and kernels of unnamed GPUs never go to a folder.
+A reader on a model (:class:`TeamStore` ``gpu``: this machine's GPU, :func:`this_gpu`) takes its folder's record of a
+key before the key's own; a reader with no GPU, and ``kforge ui``'s view of the team, the key's own. ``kforge cache
+verify --team`` checks the files of every folder.
 
 Note [a search tree beside a team's kernel]
 A teammate who gets a kernel from the team store should be able to see why it won, as for a kernel searched here
@@ -62,6 +77,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -72,7 +88,7 @@ from ..errors import KforgeError
 from ..fsutil import atomic_write
 from .directory import RecordDirectory
 from .local import searches_dir
-from .record import KernelRecord, check_key
+from .record import CorruptRecord, IntegrityReport, KernelRecord, check_key, report_corrupt
 
 if TYPE_CHECKING:
     from ..config import KforgeConfig
@@ -80,6 +96,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("kforge.store")
 
 FILE_MODE = 0o644  # teammates read the files under their own uid; a rename needs the directory's write bit only
+GPUS_DIR = "gpus"  # Note [a team of several GPU models]
+
+
+def gpu_slug(gpu: str) -> str:
+    """A GPU model's name as a folder's: "NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3" ("" for no name)."""
+    return re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-")
+
+
+def this_gpu() -> str:
+    """The name of this process's current GPU, as records name it (``provenance["gpu"]``); "" without CUDA."""
+    import torch  # late: the store does not need torch to read records
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else ""
 
 
 class TeamStoreUnavailable(KforgeError):
@@ -99,9 +128,49 @@ class Published:
 
 
 class TeamStore(RecordDirectory):
-    """Records shared by a team in ``<directory>/<key>.json``: read untrusted, published by :meth:`publish`."""
+    """Records shared by a team in ``<directory>/<key>.json``: read untrusted, published by :meth:`publish`. With
+    ``gpu`` (the reader's GPU model) a key's record in that model's folder comes first (Note [a team of several GPU
+    models])."""
 
     source = "team"
+
+    def __init__(self, directory: str | os.PathLike[str], gpu: str = "") -> None:
+        super().__init__(directory)
+        self.gpu = gpu
+
+    def model(self, gpu: str) -> "TeamStore":
+        """The folder of the GPU model ``gpu``, read and written as a team directory of its own."""
+        slug = gpu_slug(gpu)
+        if not slug:
+            raise ValueError(f"a GPU model's folder needs a GPU name, not {gpu!r}")
+        return TeamStore(self.directory / GPUS_DIR / slug)
+
+    def models(self) -> list["TeamStore"]:
+        """Every GPU model's folder there is."""
+        folders = self.directory / GPUS_DIR
+        return [TeamStore(d) for d in sorted(folders.iterdir()) if d.is_dir()] if folders.is_dir() else []
+
+    def read(self, key: str) -> KernelRecord | None:
+        """The reader's model's record of ``key`` where its folder holds one (a corrupt one reported and passed
+        over), else the key's own; raises CorruptRecord for a corrupt file of the key's own."""
+        mine = self.model(self.gpu) if gpu_slug(self.gpu) else None
+        if mine is not None:
+            try:
+                rec = mine.read(key)
+            except CorruptRecord as e:
+                report_corrupt(mine.where(), key, e)
+                rec = None
+            if rec is not None:
+                return rec
+        return super().read(key)
+
+    def own(self, key: str) -> KernelRecord | None:
+        """The key's own record, whatever the reader's model (None when corrupt: reported)."""
+        try:
+            return super().read(key)
+        except CorruptRecord as e:
+            report_corrupt(self.where(), key, e)
+            return None
 
     def get(self, key: str) -> KernelRecord | None:
         """The team's record of ``key`` (untrusted); None when absent, corrupt (reported) or unreadable (warned)."""
@@ -113,10 +182,25 @@ class TeamStore(RecordDirectory):
 
     def keys(self) -> list[str]:
         try:
-            return super().keys()
+            keys = super().keys()
+            if gpu_slug(self.gpu):
+                keys = sorted(set(keys).union(RecordDirectory.keys(self.model(self.gpu))))
+            return keys
         except OSError as e:
             warn_unavailable(self, f"cannot list the team store {self.directory}: {e}")
             return []
+
+    def __contains__(self, key: object) -> bool:
+        return super().__contains__(key) or (bool(gpu_slug(self.gpu)) and key in self.model(self.gpu))
+
+    def check(self) -> IntegrityReport:
+        """Every file read back, the key's own and those of every GPU model's folder (as ``<model>/<key>``)."""
+        report = RecordDirectory.check(TeamStore(self.directory))
+        for folder in self.models():
+            inner = folder.check()
+            report.ok += [f"{folder.directory.name}/{k}" for k in inner.ok]
+            report.corrupt.update({f"{folder.directory.name}/{k}": why for k, why in inner.corrupt.items()})
+        return report
 
     def check_writable(self) -> None:
         """Raise TeamStoreUnavailable unless a file can be created here; a real probe, as ``os.access`` does not see
@@ -144,13 +228,38 @@ class TeamStore(RecordDirectory):
         why_not = not_publishable(record)
         if why_not:
             return Published(record.key, False, why_not)
-        ok, why = publish_verdict(record, self.get(record.key))
+        target, held, beside = self._target(record)
+        ok, why = publish_verdict(record, held)
+        if beside:
+            why = f"{why}, in the folder of {record.provenance['gpu']} ({beside})"
         tree = ok and search is not None and found_by(record, search)
+        if ok and target is not self:
+            target.make_folder(self)
         if tree:  # before the record, so that a teammate who reads the record finds its tree
-            self.write_search(record.key, search)
+            target.write_search(record.key, search)
         if ok:
-            self.write(record)
+            target.write(record)
         return Published(record.key, ok, why, tree=bool(tree))
+
+    def _target(self, record: KernelRecord) -> tuple["TeamStore", KernelRecord | None, str]:
+        """Where a publish of ``record`` goes, what is held there, and why when that is its model's folder (Note [a
+        team of several GPU models])."""
+        own = self.own(record.key)
+        gpu, own_gpu = record.provenance.get("gpu") or "", (own.provenance.get("gpu") or "") if own else ""
+        if (own is None or own.decision != "kernel" or record.decision != "kernel" or not gpu_slug(gpu)
+                or gpu == own_gpu or own.candidate == record.candidate):
+            return self, own, ""
+        folder = self.model(gpu)
+        return folder, folder.own(record.key), f"the key's own kernel was measured on {own_gpu or 'an unnamed GPU'}"
+
+    def make_folder(self, team: "TeamStore") -> None:
+        """Create this GPU model's folder inside ``team``'s directory, which must exist (Note [a team store that
+        cannot be reached]: the team's directory itself is never created)."""
+        team._check_dir()
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise TeamStoreUnavailable(f"cannot write to the team store {team.directory}: {e.strerror or e}") from e
 
     @property
     def searches_dir(self) -> Path:
@@ -224,7 +333,7 @@ def team_store(cfg: "KforgeConfig") -> TeamStore | None:
     (Note [a team store that cannot be reached]) and returned anyway, as an empty tier."""
     if not cfg.team_store:
         return None
-    team = TeamStore(cfg.team_store)
+    team = TeamStore(cfg.team_store, this_gpu())
     if not team.directory.is_dir():
         warn_unavailable(team, team.missing())
     return team
