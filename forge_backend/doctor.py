@@ -153,13 +153,16 @@ def _team(cfg: KforgeConfig) -> Check | None:
     team = TeamStore(cfg.team_store)
     if not team.directory.is_dir():
         return Check("team store", False, team.missing() + "; or unset KFORGE_TEAM_STORE")
-    n = len(team.keys())
+    n = f"{len(team.keys())} records"
+    models = [(m.directory.name, len(m.keys())) for m in team.models()]  # Note [a team of several GPU models]
+    if models:
+        n += f" (and in GPU models' folders: {', '.join(f'{k} for {name}' for name, k in models)})"
     try:
         team.check_writable()
     except TeamStoreUnavailable as e:
-        return Check("team store", False, f"{e}: its {n} records are looked up, but this machine's winners will not "
+        return Check("team store", False, f"{e}: its {n} are looked up, but this machine's winners will not "
                                           "be published", warn=True)
-    return Check("team store", True, f"{team.directory}: {n} records, writable (KFORGE_TEAM_STORE)")
+    return Check("team store", True, f"{team.directory}: {n}, writable (KFORGE_TEAM_STORE)")
 
 
 def _llm(cfg: KforgeConfig) -> Check:

@@ -118,3 +118,12 @@ def test_the_configured_team_store_reads_for_this_gpu(tmp_path: Path, team: Team
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: H100)
     assert team_store(cfg).gpu == H100
+
+
+def test_doctor_counts_each_models_records(team: TeamStore):
+    from forge_backend import doctor
+
+    team.publish(on(H200, 4.1))
+    team.publish(on(H100, 5.0))
+    check = doctor._team(KforgeConfig.load({"team_store": str(team.directory)}, env={}))
+    assert check.ok and "1 records (and in GPU models' folders: 1 for nvidia-h100-80gb-hbm3), writable" in check.detail
