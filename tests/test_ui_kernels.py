@@ -237,7 +237,7 @@ def test_a_team_tree_is_served_with_from_team(served, tmp_path):
     status, body = get(server, f"/api/searches/{key}")
     assert status == 404 and "no search record" in body["error"], "the local cache holds no tree of it"
     status, body = get(server, f"/api/searches/{key}?from=elsewhere")
-    assert status == 400 and "local or team" in body["error"]
+    assert status == 400 and "read from local, team or team@<model>" in body["error"]
 
 
 def test_from_team_without_a_team_store_is_404(tmp_path):
@@ -260,3 +260,45 @@ def test_a_search_record_too_big_is_refused_unread(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "MAX_SEARCH_BYTES", 100)
     with pytest.raises(CorruptRecord, match="bytes, over the 100 a search record may have"):
         data.load(tmp_path, "a" * 64)
+
+
+# ---- a team GPU model's folder (Note [a team of several GPU models] in store/team.py) -------------------------------
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def on_h100(rec, us: float):
+    return faster(rec, us).replace(provenance={**rec.provenance, "gpu": H100})
+
+
+def test_a_team_models_folder_is_a_tier_of_its_own_that_answers_nothing(tiers, tmp_path):
+    view, rec = tiers
+    team = TeamStore(tmp_path / "team")
+    h100 = on_h100(rec["b"], 1.5)
+    assert team.publish(h100, {"winner_id": 0, "nodes": [{"candidate": {"source": h100.candidate["source"]}}]}).written
+    listing = view.listing()
+    assert [t["name"] for t in listing["tiers"]] == ["local", "team", "shipped", "team@nvidia-h100-80gb-hbm3"]
+    rows = rows_by(listing, rec["b"].key)
+    assert rows["team"]["answers"] and not rows["team@nvidia-h100-80gb-hbm3"]["answers"]
+    assert rows["team@nvidia-h100-80gb-hbm3"]["gpu"] == H100 and rows["team@nvidia-h100-80gb-hbm3"]["has_search"]
+    whole = view.record_view("team@nvidia-h100-80gb-hbm3", rec["b"].key)
+    assert whole["row"]["kforge_us"] == 1.5 and whole["answers"] == "team"
+    assert whole["in_tiers"] == ["team", "shipped", "team@nvidia-h100-80gb-hbm3"]
+
+
+def test_a_team_models_folder_is_served_with_its_tree(served, tmp_path):
+    server, rec = served
+    team = TeamStore(tmp_path / "team")
+    h100 = on_h100(rec["b"], 1.5)
+    tree = sim_search()
+    tree["nodes"][tree["winner_id"]]["candidate"]["source"] = h100.candidate["source"]
+    assert team.publish(h100, tree).tree
+    status, body = get(server, f"/api/kernels/team@nvidia-h100-80gb-hbm3/{rec['b'].key}")
+    assert status == 200 and body["row"]["tier"] == "team@nvidia-h100-80gb-hbm3" and body["row"]["gpu"] == H100
+    status, body = get(server, f"/api/searches/{rec['b'].key}?from=team%40nvidia-h100-80gb-hbm3")
+    assert status == 200 and len(body["nodes"]) > 1
+    for tier in ("team@nvidia-a100", "team@..", "team@"):  # no such folder: only folders that exist are tiers
+        status, body = get(server, f"/api/kernels/{tier}/{rec['b'].key}")
+        assert status == 404 and "is not a tier" in body["error"], body
+    status, body = get(server, f"/api/searches/{rec['b'].key}?from=team@nvidia-a100")
+    assert status == 400 and "team@<model>" in body["error"]

@@ -53,8 +53,8 @@ lost there, searched again. Now such a kernel goes beside the key's record, into
 rules against what that folder holds, its search tree into ``gpus/<model>/searches/``. The key's own record stays
 where it is, and so does every rule for it: PyTorch's decisions and kernels of unnamed GPUs never go to a folder.
 A reader on a model (:class:`TeamStore` ``gpu``: this machine's GPU, :func:`this_gpu`) takes its folder's record of a
-key before the key's own; a reader with no GPU, and ``kforge ui``'s view of the team, the key's own. ``kforge cache
-verify --team`` checks the files of every folder.
+key before the key's own; a reader with no GPU the key's own. ``kforge ui`` lists each folder as a tier of its own
+(``team@<model>``), ``kforge doctor`` counts its records, and ``kforge cache verify --team`` checks its files.
 
 Note [a search tree beside a team's kernel]
 A teammate who gets a kernel from the team store should be able to see why it won, as for a kernel searched here

@@ -116,11 +116,12 @@ function renderQueue(queued) {
 // The page's address of the open search (and node): KEY[/N], or team/KEY[/N] for a tree of the team store.
 function searchHash() {
   const node = state.nodeId === null ? "" : `/${state.nodeId}`;
-  return state.key ? `${state.from === "team" ? "team/" : ""}${state.key}${node}` : "";
+  return state.key ? `${state.from === "local" ? "" : `${state.from}/`}${state.key}${node}` : "";
 }
 
 function fromQuery(extra) {
-  const parts = [state.from === "team" ? "from=team" : "", extra || ""].filter((x) => x);
+  const from = state.from === "local" ? "" : `from=${encodeURIComponent(state.from)}`;  // team, or team@<model>
+  const parts = [from, extra || ""].filter((x) => x);
   return parts.length ? `?${parts.join("&")}` : "";
 }
 
@@ -154,7 +155,9 @@ async function refreshSearch() {
 function renderSearch(v) {
   const s = v.listing;
   $("search").hidden = false;
-  $("search-title").textContent = `${state.from === "team" ? "team store: " : ""}${s.op}  ${s.tensors}`;
+  const model = state.from.split("@")[1];
+  const where = state.from === "local" ? "" : `team store${model ? ` (${model})` : ""}: `;
+  $("search-title").textContent = `${where}${s.op}  ${s.tensors}`;
   $("search-reason").className = "";
   $("search-reason").textContent = s.state === "live"
     ? `searching: ${s.iterations} of ${s.iterations_budget} iterations` : s.reason;
@@ -363,7 +366,7 @@ function renderKernelList() {
     const selected = k.tier === kstate.tier && k.key === kstate.key;
     const li = el("li", `${selected ? "selected" : ""}${k.answers || k.corrupt ? "" : " shadowed"}`);
     const head = el("div");
-    head.appendChild(el("span", `badge ${k.tier}`, k.tier));
+    head.appendChild(el("span", `badge ${k.tier.split("@")[0]}`, k.tier));
     head.appendChild(el("span", `badge ${k.corrupt ? "corrupt" : k.decision}`, k.corrupt ? "corrupt" : k.decision));
     head.appendChild(el("span", "op", k.op || k.key.slice(0, 16)));
     li.appendChild(head);
@@ -372,7 +375,8 @@ function renderKernelList() {
       const inductor = k.speedup_vs_inductor ? `, ${num(k.speedup_vs_inductor, 2)}x Inductor's op` : "";
       const speed = k.decision === "kernel"
         ? `${num(k.speedup_vs_eager, 2)}x eager${inductor}, ${num(k.pct_bw, 0)}% bw` : "PyTorch kept";
-      const where = [k.gpu, k.trusted ? "" : "untrusted", k.answers ? "" : "not used: another tier answers"];
+      const unused = k.tier.includes("@") ? "for that GPU model's machines" : "not used: another tier answers";
+      const where = [k.gpu, k.trusted ? "" : "untrusted", k.answers ? "" : unused];
       li.appendChild(el("div", "sub", [speed, ...where].filter((x) => x).join(" · ")));
     }
     li.addEventListener("click", () => openKernels(k.tier, k.key));
@@ -407,6 +411,10 @@ function kernelWhy(rec) {
     const what = r.decision === "kernel" ? "this kernel" : "PyTorch's own op (this record says nothing beat it)";
     const check = r.trusted ? "" : "; it is untrusted, so it is re-verified on this GPU before its first use";
     return `A compile here gets ${what}${check}.`;
+  }
+  if (r.tier.includes("@")) {  // Note [a team of several GPU models] in store/team.py
+    return `The team's kernel for machines whose GPU is ${r.gpu || r.tier.split("@")[1]}: such a machine takes it `
+      + "before the key's own team record. This view looks keys up as a machine with no GPU named does.";
   }
   if (!rec.answers) return "Not used here: no tier holds a valid record of this key.";
   return `Not used here: the ${rec.answers} tier's record of this key answers first (local, then team, then shipped).`;
@@ -451,11 +459,11 @@ function renderKernel(rec) {
     nav.appendChild(b);
   }
   if (r.has_search) {  // this cache's search of it, or the teammate's that the team store holds
-    const team = r.tier === "team";
+    const team = r.tier.startsWith("team");
     const b = el("button", "link", team ? "its search tree (a teammate's)" : "its search tree");
     b.addEventListener("click", () => {
       showView("searches");
-      selectSearch(r.key, undefined, team ? "team" : "local");
+      selectSearch(r.key, undefined, team ? r.tier : "local");
     });
     nav.appendChild(b);
   }
@@ -495,8 +503,8 @@ $("show-searches").addEventListener("click", () => {
     await openKernels(parts[1], parts[2]);
   } else {
     await tick();
-    const from = parts[0] === "team" ? "team" : "local";
-    const [key, node] = from === "team" ? parts.slice(1) : parts;
+    const from = parts[0].startsWith("team") ? parts[0] : "local";
+    const [key, node] = from === "local" ? parts : parts.slice(1);
     if (key) await selectSearch(key, node === undefined || node === "" ? undefined : Number(node), from);
   }
   setInterval(tick, POLL_MS);

@@ -4,7 +4,10 @@ order a compile looks them up (local, then the team store, then the shipped reco
 A search record (ui/data.py) says how a kernel was found; a kernel record says what a compile here gets. The two
 differ for a teammate's kernel, which arrives without its tree, and for a shipped one. The view marks, for each key,
 the tier whose record answers a compile's lookup (the first that holds a valid one; Tiers.get in store/shipped.py),
-so a teammate's faster kernel hidden behind this machine's own record shows as such.
+so a teammate's faster kernel hidden behind this machine's own record shows as such. The team's kernels measured on
+another GPU model than the key's own (Note [a team of several GPU models] in store/team.py) are listed as tiers of
+their own, ``team@<model>``, after the team's: they answer only a machine of that model, and the view looks keys up
+as a machine with no GPU named does, so none of their rows answers.
 
 Note [the kernels view reads the store without writing it]
 The search views never open the local store: diskcache would create its database in a cache directory that has
@@ -31,6 +34,7 @@ from ..store.team import TeamStore
 from .data import card_text
 
 TIERS = ("local", "team", "shipped")  # lookup order
+FOLDER = "team@"  # the prefix of a team GPU model's folder as a tier: "team@nvidia-h100-80gb-hbm3"
 
 
 @dataclass(frozen=True)
@@ -120,14 +124,22 @@ class KernelTiers:
         out["shipped"] = (self.shipped if shipped_ok else None,
                           TierState("shipped", str(self.shipped.directory), shipped_ok,
                                     "" if shipped_ok else "the shipped records' directory is missing"))
+        team = out["team"][0]
+        for folder in team.models() if isinstance(team, TeamStore) else []:
+            name = FOLDER + folder.directory.name
+            out[name] = (folder, TierState(name, str(folder.directory), True))
         return out
+
+    def is_tier(self, name: str) -> bool:
+        """Whether ``name`` is one of TIERS or a team GPU model's folder that exists."""
+        return name in TIERS or (name.startswith(FOLDER) and name in self.readers())
 
     def listing(self) -> dict[str, Any]:
         """Every tier's state and every record of every tier, in lookup order, with the tier that answers each key."""
         readers = self.readers()
         rows: list[KernelRow] = []
         states = []
-        for name in TIERS:
+        for name in readers:  # TIERS in lookup order, then the team's GPU model folders
             reader, state = readers[name]
             tier_rows = [self._row(name, key, reader) for key in reader.keys()] if reader is not None else []
             tier_rows.sort(key=lambda r: (not r.corrupt, r.op, r.tensors))  # corrupt entries first: they need a look
@@ -136,7 +148,7 @@ class KernelTiers:
                                               corrupt=sum(bool(r.corrupt) for r in tier_rows)))
         answered: set[str] = set()
         for i, r in enumerate(rows):  # rows are in lookup order: the first valid record of a key answers
-            if not r.corrupt and r.key not in answered:
+            if not r.corrupt and r.key not in answered and r.tier in TIERS:
                 answered.add(r.key)
                 rows[i] = dataclasses.replace(r, answers=True)
         return {"cache_dir": str(self.cache_dir), "tiers": [dataclasses.asdict(s) for s in states],
@@ -149,6 +161,9 @@ class KernelTiers:
             return self.searches_dir
         if tier == "team" and self.team is not None:
             return self.team.searches_dir
+        if tier.startswith(FOLDER) and self.team is not None:
+            folder = self.readers().get(tier, (None, None))[0]
+            return folder.searches_dir if isinstance(folder, TeamStore) else None
         return None
 
     def _has_tree(self, tier: str, key: str) -> bool:
@@ -184,7 +199,7 @@ class KernelTiers:
         rec = reader.read(key)
         if rec is None:
             return f"the {tier} tier ({state.where}) holds no record of {key[:16]}"
-        holders = [name for name in TIERS if readers[name][0] is not None and key in readers[name][0]]
+        holders = [name for name, (reader, _) in readers.items() if reader is not None and key in reader]
         return record_json(rec, tier, answers=_answering(readers, key), in_tiers=holders,
                            has_search=self._has_tree(tier, key))
 

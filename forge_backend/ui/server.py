@@ -43,7 +43,7 @@ from ..store.local import searches_dir
 from ..store.record import CorruptRecord as CorruptKernelRecord
 from ..store.record import is_key
 from . import data
-from .kernels import TIERS, KernelTiers
+from .kernels import FOLDER, TIERS, KernelTiers
 
 log = logging.getLogger("kforge")
 
@@ -134,8 +134,9 @@ class UiServer(ThreadingHTTPServer):
     def _trees(self, query: str) -> Path:
         """The searches directory ``?from=`` names: this cache's (``local``, the default) or the team store's."""
         name = (parse_qs(query).get("from") or ["local"])[0]
-        if name not in ("local", "team"):
-            raise ApiError(HTTPStatus.BAD_REQUEST, f"from={name[:20]!r}: search trees are read from local or team")
+        if name not in ("local", "team") and not (name.startswith(FOLDER) and self.kernels.is_tier(name)):
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"from={name[:60]!r}: search trees are read from local, team or "
+                                                   "team@<model> (a team GPU model's folder that exists)")
         where = self.kernels.tree_dir(name)
         if where is None:
             raise ApiError(HTTPStatus.NOT_FOUND, "no team store is configured (KFORGE_TEAM_STORE, or kforge ui "
@@ -156,8 +157,9 @@ class UiServer(ThreadingHTTPServer):
             raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY, str(e)) from None
 
     def _kernel(self, tier: str, key: str) -> Any:
-        if tier not in TIERS:
-            raise ApiError(HTTPStatus.NOT_FOUND, f"{tier[:20]!r} is not a tier: choose one of {', '.join(TIERS)}")
+        if not self.kernels.is_tier(tier):
+            raise ApiError(HTTPStatus.NOT_FOUND, f"{tier[:60]!r} is not a tier: choose one of {', '.join(TIERS)}, or "
+                                                 "team@<model> for a team GPU model's folder that exists")
         if not is_key(key):
             raise ApiError(HTTPStatus.BAD_REQUEST, f"{key[:80]!r} is not a signature key (64 lowercase hex digits)")
         try:
