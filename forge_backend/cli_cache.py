@@ -161,19 +161,26 @@ def ls_cmd(cache_dir: CacheDir = None, shipped: Shipped = False, team: Team = Fa
             return
         table = Table(title=f"kforge cache: {where}", title_justify="left")
         numeric = ("speedup", "x Inductor op", "%bw", "age")
-        for col in ("key", "op", "input", "dtype", "decision", *numeric[:2], "%bw", "proposer", "age", "source"):
+        columns = ("key", "op", "input", "dtype", "decision", *numeric[:2], "%bw", "timed on", "proposer", "age",
+                   "source")
+        for col in columns:
             table.add_column(col, no_wrap=True, justify="right" if col in numeric else "left")
         for key, rec, reason in rows:
             if rec is None:
-                table.add_row(key[:16], "-", "-", "-", Text("CORRUPT", "red"), "-", "-", "-", "-", "-", "-")
+                table.add_row(key[:16], "-", "-", "-", Text("CORRUPT", "red"), *["-"] * (len(columns) - 5))
                 continue
             t, p = rec.timings, rec.provenance
             table.add_row(key[:16], rec.signature.get("op", "?"), _shape(rec), str(_first_input(rec).get("dtype", "-")),
                           rec.decision, _num(t.get("speedup_vs_eager"), "{:.2f}x"), _vs_inductor(t),
-                          _num(t.get("pct_bw"), "{:.0f}%"),
+                          _num(t.get("pct_bw"), "{:.0f}%"), _gpu(p.get("gpu")),
                           str(p.get("proposer") or "-"), age(p.get("created_at")),
                           rec.source + ("" if rec.trusted else " (untrusted)"))
         console.print(table)
+
+
+def _gpu(name: Any) -> str:
+    """The GPU whose times a record holds (Note [a record timed on another GPU model]), without the vendor's name."""
+    return str(name).removeprefix("NVIDIA ") if name else "-"
 
 
 def _vs_inductor(timings: dict) -> str:

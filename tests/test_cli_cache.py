@@ -42,6 +42,7 @@ def test_ls_lists_records(env):
     assert env["a"].key[:16] in r.output and env["b"].key[:16] in r.output
     assert "aten._softmax.default" in r.output and "64x1000" in r.output and "128x1000" in r.output
     assert "1.29x" in r.output and "templates" in r.output and "pytorch" in r.output and "float32" in r.output
+    assert "timed on" in r.output and " H200 " in r.output  # the GPU whose times each record holds
 
 
 def test_ls_shows_the_ratio_to_inductor_once_timed(env):
