@@ -127,3 +127,17 @@ def test_doctor_counts_each_models_records(team: TeamStore):
     team.publish(on(H100, 5.0))
     check = doctor._team(KforgeConfig.load({"team_store": str(team.directory)}, env={}))
     assert check.ok and "1 records (and in GPU models' folders: 1 for nvidia-h100-80gb-hbm3), writable" in check.detail
+
+
+def test_folders_that_cannot_be_listed_are_warned_about_not_raised(team: TeamStore, monkeypatch):
+    team.publish(on(H200, 4.1))
+    team.publish(on(H100, 5.0))
+    assert [m.directory.name for m in team.models()] == ["nvidia-h100-80gb-hbm3"]
+
+    def stale(self):
+        raise OSError(116, "Stale file handle")
+
+    monkeypatch.setattr(Path, "iterdir", stale)
+    with pytest.warns(UserWarning, match="cannot list the team store's GPU model folders"):
+        assert team.models() == []
+    assert counters["kforge"]["team_unavailable"] == 1

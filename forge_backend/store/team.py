@@ -146,9 +146,13 @@ class TeamStore(RecordDirectory):
         return TeamStore(self.directory / GPUS_DIR / slug)
 
     def models(self) -> list["TeamStore"]:
-        """Every GPU model's folder there is."""
+        """Every GPU model's folder there is (none where the directory cannot be listed: warned)."""
         folders = self.directory / GPUS_DIR
-        return [TeamStore(d) for d in sorted(folders.iterdir()) if d.is_dir()] if folders.is_dir() else []
+        try:
+            return [TeamStore(d) for d in sorted(folders.iterdir()) if d.is_dir()] if folders.is_dir() else []
+        except OSError as e:
+            warn_unavailable(self, f"cannot list the team store's GPU model folders {folders}: {e}")
+            return []
 
     def read(self, key: str) -> KernelRecord | None:
         """The reader's model's record of ``key`` where its folder holds one (a corrupt one reported and passed
