@@ -28,3 +28,24 @@ def _fresh_dynamo(tmp_path, monkeypatch):
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+@pytest.fixture(autouse=True)
+def _gpu_memory_back(request):
+    """After a GPU test, stop the search workers of the providers it made and hand its cached memory back. A provider
+    a cache directory (cuda_provider.shared) keeps its worker for the process's life, and every test has a cache
+    directory of its own: on an 80 GB H100 the suite's workers and cached blocks left too little for the shipped
+    kernels' re-verification and the green-context test (fifty-fifth session, out of memory in both)."""
+    yield
+    if "gpu" not in request.keywords or not torch.cuda.is_available():
+        return
+    import gc
+
+    from forge_backend.runtime import cuda_provider
+
+    for provider in list(cuda_provider._SHARED.values()):
+        if provider._client is not None:
+            provider._client.close()
+    cuda_provider._SHARED.clear()
+    gc.collect()
+    torch.cuda.empty_cache()
