@@ -88,7 +88,7 @@ from ..errors import KforgeError
 from ..fsutil import atomic_write
 from .directory import RecordDirectory
 from .local import searches_dir
-from .record import CorruptRecord, IntegrityReport, KernelRecord, check_key, report_corrupt
+from .record import IntegrityReport, KernelRecord, check_key
 
 if TYPE_CHECKING:
     from ..config import KforgeConfig
@@ -137,6 +137,7 @@ class TeamStore(RecordDirectory):
     def __init__(self, directory: str | os.PathLike[str], gpu: str = "") -> None:
         super().__init__(directory)
         self.gpu = gpu
+        self.mine = self.model(gpu) if gpu_slug(gpu) else None  # the reader's model's folder, if it names one
 
     def model(self, gpu: str) -> "TeamStore":
         """The folder of the GPU model ``gpu``, read and written as a team directory of its own."""
@@ -157,24 +158,8 @@ class TeamStore(RecordDirectory):
     def read(self, key: str) -> KernelRecord | None:
         """The reader's model's record of ``key`` where its folder holds one (a corrupt one reported and passed
         over), else the key's own; raises CorruptRecord for a corrupt file of the key's own."""
-        mine = self.model(self.gpu) if gpu_slug(self.gpu) else None
-        if mine is not None:
-            try:
-                rec = mine.read(key)
-            except CorruptRecord as e:
-                report_corrupt(mine.where(), key, e)
-                rec = None
-            if rec is not None:
-                return rec
-        return super().read(key)
-
-    def own(self, key: str) -> KernelRecord | None:
-        """The key's own record, whatever the reader's model (None when corrupt: reported)."""
-        try:
-            return super().read(key)
-        except CorruptRecord as e:
-            report_corrupt(self.where(), key, e)
-            return None
+        rec = self.mine.get(key) if self.mine is not None else None
+        return rec if rec is not None else super().read(key)
 
     def get(self, key: str) -> KernelRecord | None:
         """The team's record of ``key`` (untrusted); None when absent, corrupt (reported) or unreadable (warned)."""
@@ -187,15 +172,13 @@ class TeamStore(RecordDirectory):
     def keys(self) -> list[str]:
         try:
             keys = super().keys()
-            if gpu_slug(self.gpu):
-                keys = sorted(set(keys).union(RecordDirectory.keys(self.model(self.gpu))))
-            return keys
+            return sorted(set(keys).union(RecordDirectory.keys(self.mine))) if self.mine is not None else keys
         except OSError as e:
             warn_unavailable(self, f"cannot list the team store {self.directory}: {e}")
             return []
 
     def __contains__(self, key: object) -> bool:
-        return super().__contains__(key) or (bool(gpu_slug(self.gpu)) and key in self.model(self.gpu))
+        return super().__contains__(key) or (self.mine is not None and key in self.mine)
 
     def check(self) -> IntegrityReport:
         """Every file read back, the key's own and those of every GPU model's folder (as ``<model>/<key>``)."""
@@ -248,13 +231,13 @@ class TeamStore(RecordDirectory):
     def _target(self, record: KernelRecord) -> tuple["TeamStore", KernelRecord | None, str]:
         """Where a publish of ``record`` goes, what is held there, and why when that is its model's folder (Note [a
         team of several GPU models])."""
-        own = self.own(record.key)
+        own = TeamStore(self.directory).get(record.key)  # the key's own, whatever the reader's model
         gpu, own_gpu = record.provenance.get("gpu") or "", (own.provenance.get("gpu") or "") if own else ""
         if (own is None or own.decision != "kernel" or record.decision != "kernel" or not gpu_slug(gpu)
                 or gpu == own_gpu or own.candidate == record.candidate):
             return self, own, ""
         folder = self.model(gpu)
-        return folder, folder.own(record.key), f"the key's own kernel was measured on {own_gpu or 'an unnamed GPU'}"
+        return folder, folder.get(record.key), f"the key's own kernel was measured on {own_gpu or 'an unnamed GPU'}"
 
     def make_folder(self, team: "TeamStore") -> None:
         """Create this GPU model's folder inside ``team``'s directory, which must exist (Note [a team store that

@@ -30,7 +30,7 @@ from ..store.directory import RecordDirectory
 from ..store.local import LocalStore, RecordReader, searches_dir
 from ..store.record import CorruptRecord, KernelRecord
 from ..store.shipped import ShippedStore, Tiers
-from ..store.team import TeamStore
+from ..store.team import GPUS_DIR, TeamStore
 from .data import card_text
 
 TIERS = ("local", "team", "shipped")  # lookup order
@@ -161,9 +161,8 @@ class KernelTiers:
             return self.searches_dir
         if tier == "team" and self.team is not None:
             return self.team.searches_dir
-        if tier.startswith(FOLDER) and self.team is not None:
-            folder = self.readers().get(tier, (None, None))[0]
-            return folder.searches_dir if isinstance(folder, TeamStore) else None
+        if tier.startswith(FOLDER) and self.team is not None:  # a folder's name the listing or is_tier gave
+            return TeamStore(self.team.directory / GPUS_DIR / tier.removeprefix(FOLDER)).searches_dir
         return None
 
     def _has_tree(self, tier: str, key: str) -> bool:
