@@ -191,7 +191,8 @@ def prewarm(model_spec: Optional[str] = typer.Argument(None, help="FILE.py[::SET
         cards_ = [c for c in cards_ if c.arch == arch_of(device)]
         console.print(f"{len(other)} queued signatures are for another arch than {arch_of(device)}: left in the "
                       "queue for a prewarm on such a GPU")
-    store = LocalStore(cfg.cache_dir)
+    gpu_model = torch.cuda.get_device_name(device)  # Note [a cache directory that GPU models share] (store/local.py)
+    store = LocalStore(cfg.cache_dir, gpu_model)
     items = pw.plan(cards_, pw.profile_cards(cards_, device), cfg, store, force=force, shipped=ShippedStore(),
                     shard=shard_)
     if shard_ is not None and not cfg.team_store:

@@ -44,7 +44,7 @@ def _store(cache_dir: Path | None) -> LocalStore:
         from .config import KforgeConfig
 
         cache_dir = KforgeConfig.load().cache_dir
-    return LocalStore(cache_dir)
+    return LocalStore(cache_dir, this_gpu())  # Note [a cache directory that GPU models share] in store/local.py
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -115,8 +115,13 @@ def _holdings(cache_dir: Path) -> str:
     if (cache_dir / "records" / "cache.db").is_file():
         with LocalStore(cache_dir) as store:
             st = store.stats()
+            models = []
+            for folder in store.models():  # Note [a cache directory that GPU models share] in store/local.py
+                with folder:
+                    models.append((folder.root.name, len(folder)))
         corrupt = f", {st['corrupt']} corrupt (kforge cache verify)" if st["corrupt"] else ""
-        parts.append(f"{st['entries']} records ({st['kernel']} kernels, {st['pytorch']} kept PyTorch{corrupt})")
+        beside = f"; and in GPU models' folders: {', '.join(f'{k} for {name}' for name, k in models)}" if models else ""
+        parts.append(f"{st['entries']} records ({st['kernel']} kernels, {st['pytorch']} kept PyTorch{corrupt}{beside})")
     else:
         parts.append("no records yet")
     trees = searches_dir(cache_dir)

@@ -25,6 +25,7 @@ import torch
 
 from .cards import OperatorCard
 from .config import KforgeConfig
+from .store.gpu_model import timed_on_another_model
 
 log = logging.getLogger("kforge")
 
@@ -36,8 +37,9 @@ log = logging.getLogger("kforge")
 # the worker of a search (the verifier every candidate passes, on fresh inputs) and stores it locally as trusted, as
 # the compile does (both through cuda_provider.reverified_locally). A record that fails is searched like any miss.
 # A record of the team store (store/team.py), looked up before the shipped one, takes the same path (its status is
-# "shipped" too). ``force`` searches everything, shipped or not. The result carries the record's timings, measured
-# where it was made; its reason, the times re-measured here.
+# "shipped" too), and so does a kernel of the local cache timed on another GPU model (Note [a cache directory that GPU
+# models share] in store/local.py). ``force`` searches everything, shipped or not. The result carries the record's
+# timings, measured where it was made; its reason, the times re-measured here.
 
 
 @dataclass
@@ -179,10 +181,11 @@ def plan(cards: list[OperatorCard], eager_us: dict[str, float], cfg: KforgeConfi
         c.baselines_us["eager"] = eager_us[c.key]
         c.time_share = share
         found = None if force else remote.get(c.key)
-        if not force and store.get(c.key) is not None:
+        held = None if force else store.get(c.key)
+        if held is not None and not _of_another_model(held, store):
             status = "cached"
-        elif found is not None:
-            status = "shipped"
+        elif found is not None or held is not None:  # held: Note [a cache directory that GPU models share]
+            found, status = found or held, "shipped"
         elif share < cfg.min_share:
             status = f"skipped: {share:.2%} of the time is under min_share {cfg.min_share:.2%}"
         elif cfg.proposer == "templates" and (gap := template_gap(c)) is not None:
@@ -193,6 +196,13 @@ def plan(cards: list[OperatorCard], eager_us: dict[str, float], cfg: KforgeConfi
             status = "search"
         items.append(PlanItem(c, eager_us[c.key], share, status, found if status == "shipped" else None))
     return sorted(items, key=lambda i: -i.share)
+
+
+def _of_another_model(record, store) -> bool:
+    """Whether a local record is a kernel timed on another GPU model than the store's (Note [a cache directory that
+    GPU models share] in store/local.py): re-verified and timed here, as a shipped record is."""
+    gpu = getattr(store, "gpu", "")  # a store opened without a GPU model takes every record as this machine's
+    return bool(gpu) and record.decision == "kernel" and record.trusted and timed_on_another_model(record, gpu)
 
 
 def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_op: float, gpus: int,
@@ -207,6 +217,7 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
     the others (Note [a search a teammate is running] in store/team_markers.py). ``search``, ``make_client`` and
     ``reverify`` default to the real search, worker and re-verification; tests inject fakes."""
     from .store.claims import PREWARM_WAIT_S, ClaimBusy, search_claims
+    from .store.gpu_model import this_gpu
     from .store.local import LocalStore
     from .store.team_markers import MarkedElsewhere
 
@@ -222,7 +233,7 @@ def run(items: list[PlanItem], cfg: KforgeConfig, iterations: int, seconds_per_o
 
     todo = [i for i in items if i.status in ("search", "shipped")]
     results: list[PrewarmResult] = []
-    store = LocalStore(cfg.cache_dir)
+    store = LocalStore(cfg.cache_dir, this_gpu())
     lock = threading.Lock()
     free = list(range(max(gpus, 1)))
     clients = {g: make_client(g) for g in free}

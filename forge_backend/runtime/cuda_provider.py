@@ -60,6 +60,7 @@ from ..store.claims import ClaimBusy, search_claims
 from ..store.local import LocalStore
 from ..store.queue import MissQueue
 from ..store.record import KernelRecord
+from ..store.gpu_model import this_gpu, timed_on_another_model
 from ..store.reverified import Reverified, taken_here, timed_elsewhere
 from ..store.shipped import ShippedStore, TieredStore
 from ..store.team import team_store
@@ -97,13 +98,13 @@ def impl_from_record(card: OperatorCard, record: KernelRecord, cfg: KforgeConfig
 class CudaProvider:
     def __init__(self, cfg: KforgeConfig) -> None:
         self.cfg = cfg
-        self.local = LocalStore(cfg.cache_dir)
+        self.local = LocalStore(cfg.cache_dir, this_gpu())  # Note [a cache directory that GPU models share]
         self.store = TieredStore(self.local, ShippedStore(), team_store(cfg))  # local, then team, then shipped
         self._client: WorkerClient | None = None
         self._loaded: dict[tuple[str, bool], KernelImpl] = {}  # (key, check) -> loaded kernel
         # key -> (kforge_us, inductor_us) where the kernel beats Inductor's single op, None where it does not
         self._vs_inductor: dict[tuple[str, float], tuple[float, float] | None] = {}
-        # (key, record integrity) of the untrusted records not used on this GPU (the Note above)
+        # (key, record integrity) of the records from elsewhere not used on this GPU (the Note above)
         self._failed_here: set[tuple[str, str]] = set()
         self.queue = MissQueue(cfg.cache_dir)  # Note [a miss kept for later] in store/queue.py
         self._queued: set[str] = set()  # keys this process queued: one entry, and one count, a process
@@ -228,7 +229,7 @@ class CudaProvider:
         if record is not None:
             counters["kforge"]["cache_hit"] += 1
             impl = self._use_record(card, record, cfg)
-            if impl is not None or record.decision != "kernel" or record.trusted:
+            if impl is not None or record.decision != "kernel" or self._settled(record):
                 return impl
             counters["kforge"]["reverify_failed"] += 1  # Note [a record that fails here is searched]
         else:
@@ -332,11 +333,16 @@ class CudaProvider:
         counters["kforge"]["queued"] += 1
         return None
 
+    def _settled(self, record: KernelRecord) -> bool:
+        """Whether ``record`` is used here as it is: trusted, and timed on this GPU model (or an unnamed one)."""
+        return record.trusted and not timed_on_another_model(record, self.local.gpu)
+
     def _use_record(self, card: OperatorCard, record: KernelRecord, cfg: KforgeConfig) -> KernelImpl | None:
         if record.decision != "kernel":
             return None
-        if not record.trusted:
-            source, memo = record.source, (record.key, record.integrity())
+        if not self._settled(record):  # another machine's, or this cache's timed on another GPU model
+            source = record.source if not record.trusted else f"this cache, timed on {record.provenance['gpu']}"
+            memo = (record.key, record.integrity())
             if memo in self._failed_here:  # Note [a record that fails here is searched]: asked once a process
                 return None
             record, why = reverified_locally(record, self.client, cfg, self.local)

@@ -4,6 +4,8 @@ Layout under ``cache_dir``::
 
     records/              diskcache (SQLite + files): signature key -> record JSON text
     searches/<key>.json   the last search record of each key (MCTS tree, candidates, logs), written atomically
+    gpus/<model>/records/ the records of a GPU model that found the key's own record timed on another model
+                          (Note [a cache directory that GPU models share])
 
 Note [no pickle in the store]
 diskcache pickles any value that is not str/bytes/int/float, and unpickles whatever it finds. The store only ever
@@ -14,6 +16,32 @@ Note [concurrency]
 diskcache is process-safe (SQLite in WAL mode, one transaction per set), so several processes compiling models at
 once share one cache without losing writes; the last writer of a key wins. Search records are written to a temp
 file and renamed over the old one, so a reader sees the old record or the new one, never half of one.
+
+Note [a cache directory that GPU models share]
+GPUs of one arch share a key (an H100 and an H200 are both sm_90), so machines of two models that share a cache
+directory (a home directory on a network filesystem, the default ``~/.cache/kforge``) found each other's records and
+trusted them, times and all: the H100 used the H200's kernel with the H200's speedup over eager, which it may not
+have here, and weighed the H200's kernel time against Inductor (Note [a record timed on another GPU model] in
+reverified.py). A store opened for a GPU model (``LocalStore(cache_dir, gpu)``: the compile's, the prewarm's and
+the CLI's, :func:`~.gpu_model.this_gpu`) now keeps that model's records beside the key's own where they differ:
+
+* a read takes the record of this model's folder, ``gpus/<model>/records`` (:func:`~.gpu_model.gpu_slug`), before
+  the key's own; a corrupt one there is reported and passed over;
+* a write goes to the folder when the folder holds the key already, or when the key's own record names another GPU
+  model than this one (``provenance["gpu"]``); otherwise to the key's own place, as before. So the first model to
+  store a key stores it for all, and no model overwrites another's record;
+* the runtime re-verifies a trusted record that names another model before using it, as it does a shipped one, and
+  times it here (cuda_provider._use_record); kept, this GPU's copy goes to the folder, and a kernel slower here is
+  searched on a miss (Note [a record that fails here is searched] in runtime/cuda_provider.py). ``kforge prewarm``
+  plans such a record as "shipped" (Note [a shipped record in a prewarm] in prewarm.py);
+* PyTorch's decisions ("nothing beat eager") are taken across models as they are: they hold no kernel to time;
+* a delete removes the key's record from the folder and from its own place: ``kforge cache rm`` asks for the key
+  to be searched again; ``clear`` empties both; ``keys``, ``len`` and ``check`` cover both (a folder's key as
+  ``<model>/<key>`` in ``check``). A store opened with no GPU name (a machine without one, ``kforge ui``) reads the
+  keys' own records only; :meth:`LocalStore.models` lists the folders.
+
+Search records stay one a key, the last search's, whichever model ran it: ``kforge ui`` follows live searches
+there. A record with no GPU named (older records) is taken as this machine's.
 """
 from __future__ import annotations
 
@@ -23,13 +51,14 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import diskcache
 from diskcache.core import MODE_PICKLE, UNKNOWN
 
 from ..errors import KforgeError
 from ..fsutil import atomic_write
+from .gpu_model import GPUS_DIR, gpu_slug, timed_on_another_model
 from .record import (CorruptRecord, IntegrityReport, KernelRecord, check_key, is_key, read_record_file,
                      report_corrupt, utc_now)
 
@@ -106,8 +135,12 @@ class RecordReader:
 
     def get(self, key: str) -> KernelRecord | None:
         """The record under ``key``; None on a miss or a corrupt entry (reported once, counted)."""
+        return self._reported(self.read, key)
+
+    def _reported(self, read: Callable[[str], KernelRecord | None], key: str) -> KernelRecord | None:
+        """``read(key)``, with a corrupt entry reported and read as a miss."""
         try:
-            return self.read(key)
+            return read(key)
         except CorruptRecord as e:
             report_corrupt(self.where(), key, e)
             return None
@@ -140,20 +173,57 @@ def searches_dir(cache_dir: str | os.PathLike[str]) -> Path:
 
 
 class LocalStore(RecordReader):
-    """KernelRecords by signature key in ``cache_dir/records``; search records in ``cache_dir/searches``."""
+    """KernelRecords by signature key in ``cache_dir/records``; search records in ``cache_dir/searches``. With
+    ``gpu`` (this machine's GPU model) the model's own records in ``cache_dir/gpus/<model>`` come first (Note [a cache
+    directory that GPU models share])."""
 
-    def __init__(self, cache_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, cache_dir: str | os.PathLike[str], gpu: str = "") -> None:
         self.root = Path(cache_dir).expanduser()
         self.records_dir = self.root / "records"
         self.searches_dir = searches_dir(self.root)
+        self.gpu = gpu
         # eviction "none": records are verified results that cost minutes of GPU time; never cull them silently.
         self._cache = diskcache.Cache(str(self.records_dir), disk=_TextOnlyDisk, eviction_policy="none")
+        self._mine: LocalStore | None = None
 
     def __repr__(self) -> str:
-        return f"LocalStore({str(self.root)!r})"
+        return f"LocalStore({str(self.root)!r}" + (f", {self.gpu!r})" if self.gpu else ")")
 
     def close(self) -> None:
         self._cache.close()
+        if self._mine is not None:
+            self._mine.close()
+
+    # GPU models ------------------------------------------------------------------------------------------------
+    def mine(self, create: bool = False) -> "LocalStore | None":
+        """This GPU model's folder, opened where it exists (or ``create``); None for a store opened without a GPU
+        name, or before the folder exists."""
+        slug = gpu_slug(self.gpu)
+        if self._mine is None and slug:
+            folder = self.root / GPUS_DIR / slug
+            if create or (folder / "records" / "cache.db").is_file():
+                self._mine = LocalStore(folder)
+        return self._mine
+
+    def models(self) -> list["LocalStore"]:
+        """Every GPU model's folder that holds a database (none is created; the caller closes them)."""
+        folders = self.root / GPUS_DIR
+        found = sorted(d for d in folders.iterdir() if (d / "records" / "cache.db").is_file()) \
+            if folders.is_dir() else []
+        return [LocalStore(d) for d in found]
+
+    def _target(self, key: str) -> "LocalStore":
+        """Where a record of ``key`` is written: this model's folder when it holds the key or the key's own record
+        names another model, else the key's own place."""
+        mine = self.mine()
+        if mine is not None and key in mine:
+            return mine
+        if gpu_slug(self.gpu):
+            held = self._reported(self._read_own, key)
+            folder = self.mine(create=True) if held is not None and timed_on_another_model(held, self.gpu) else None
+            if folder is not None:
+                return folder
+        return self
 
     def __enter__(self) -> "LocalStore":
         return self
@@ -163,7 +233,13 @@ class LocalStore(RecordReader):
 
     # records ---------------------------------------------------------------------------------------------------
     def read(self, key: str) -> KernelRecord | None:
-        """The record under ``key`` or None; raises CorruptRecord for a corrupt entry (``get`` reports instead)."""
+        """The record under ``key`` (this model's where its folder holds one) or None; raises CorruptRecord for a
+        corrupt entry of the key's own (``get`` reports instead)."""
+        mine = self.mine()
+        rec = mine.get(key) if mine is not None else None
+        return rec if rec is not None else self._read_own(key)
+
+    def _read_own(self, key: str) -> KernelRecord | None:
         value = self._cache.get(check_key(key), default=None, retry=True)
         if value is None:
             return None
@@ -179,21 +255,47 @@ class LocalStore(RecordReader):
         return str(self.records_dir)
 
     def put(self, record: KernelRecord) -> None:
-        """Store ``record`` as JSON text, replacing any record of its key; ``trusted`` is kept as it is."""
-        self._cache.set(check_key(record.key), record.dumps(), retry=True)
+        """Store ``record`` as JSON text, replacing this model's record of its key (Note [a cache directory that GPU
+        models share]); ``trusted`` is kept as it is."""
+        target = self._target(check_key(record.key))
+        target._cache.set(record.key, record.dumps(), retry=True)
 
     def delete(self, key: str) -> bool:
-        return bool(self._cache.delete(check_key(key), retry=True))
+        """Remove the record of ``key``, this model's and the key's own; whether there was one."""
+        mine = self.mine()
+        gone = mine is not None and mine.delete(key)
+        return bool(self._cache.delete(check_key(key), retry=True)) or gone
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and key in self._cache
+        mine = self.mine()
+        return isinstance(key, str) and (key in self._cache or (mine is not None and key in mine))
 
     def keys(self) -> list[str]:
-        return sorted(k for k in self._cache.iterkeys() if isinstance(k, str))
+        mine = self.mine()
+        own = {k for k in self._cache.iterkeys() if isinstance(k, str)}
+        return sorted(own.union(mine.keys()) if mine is not None else own)
 
     def clear(self) -> int:
-        """Remove every record (search records stay; see :meth:`clear_searches`). Returns how many were removed."""
-        return int(self._cache.clear(retry=True))
+        """Remove every record, this model's folder's too (search records stay; see :meth:`clear_searches`).
+        Returns how many were removed."""
+        mine = self.mine()
+        return int(self._cache.clear(retry=True)) + (mine.clear() if mine is not None else 0)
+
+    def check(self) -> IntegrityReport:
+        """Every entry read back: the keys' own, and this model's folder's as ``<model>/<key>``."""
+        report = IntegrityReport()
+        for key in sorted(k for k in self._cache.iterkeys() if isinstance(k, str)):
+            try:
+                if self._read_own(key) is not None:
+                    report.ok.append(key)
+            except CorruptRecord as e:
+                report.corrupt[key] = str(e)
+        mine = self.mine()
+        inner = mine.check() if mine is not None else IntegrityReport()
+        name = mine.root.name if mine is not None else ""
+        report.ok += [f"{name}/{k}" for k in inner.ok]
+        report.corrupt.update({f"{name}/{k}": why for k, why in inner.corrupt.items()})
+        return report
 
     def stats(self) -> dict[str, Any]:
         counts = {"kernel": 0, "pytorch": 0, "untrusted": 0}
@@ -208,8 +310,12 @@ class LocalStore(RecordReader):
                 counts[rec.decision] += 1
                 counts["untrusted"] += not rec.trusted
         return {"directory": str(self.root), "entries": counts["kernel"] + counts["pytorch"] + len(report.corrupt),
-                **counts, "corrupt": len(report.corrupt), "volume_bytes": int(self._cache.volume()),
+                **counts, "corrupt": len(report.corrupt), "volume_bytes": self._volume(),
                 "searches": len(self.searches())}
+
+    def _volume(self) -> int:
+        mine = self.mine()
+        return int(self._cache.volume()) + (mine._volume() if mine is not None else 0)
 
     # search records --------------------------------------------------------------------------------------------
     def _search_path(self, key: str) -> Path:

@@ -18,10 +18,9 @@ other GPU's Inductor time, which the record carried. So the re-verification also
 
 A re-verified copy is never published to the team again (``team.not_publishable``), so a copy that names this GPU
 cannot pass for this machine's own search there. A "pytorch" record is not re-timed: it holds no kernel to run, and
-to check its verdict here is to search. Nor is a trusted local record: a cache directory that machines of several
-models share (a home directory on a network filesystem) serves each the kernels and times the others stored, correct
-on any GPU of the arch but timed elsewhere. Such machines want a cache directory a model (``KFORGE_CACHE_DIR``) and
-the team store between them (Note [a team of several GPU models] in team.py).
+to check its verdict here is to search. A trusted local record that names another model (a cache directory that
+machines of several models share) is re-timed here the same way, and this GPU's copy is kept beside it (Note [a
+cache directory that GPU models share] in local.py).
 """
 from __future__ import annotations
 

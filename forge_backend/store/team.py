@@ -77,7 +77,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -87,6 +86,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ..errors import KforgeError
 from ..fsutil import atomic_write
 from .directory import RecordDirectory
+from .gpu_model import GPUS_DIR, gpu_slug, this_gpu
 from .local import searches_dir
 from .record import IntegrityReport, KernelRecord, check_key
 
@@ -96,19 +96,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("kforge.store")
 
 FILE_MODE = 0o644  # teammates read the files under their own uid; a rename needs the directory's write bit only
-GPUS_DIR = "gpus"  # Note [a team of several GPU models]
-
-
-def gpu_slug(gpu: str) -> str:
-    """A GPU model's name as a folder's: "NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3" ("" for no name)."""
-    return re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-")
-
-
-def this_gpu() -> str:
-    """The name of this process's current GPU, as records name it (``provenance["gpu"]``); "" without CUDA."""
-    import torch  # late: the store does not need torch to read records
-
-    return torch.cuda.get_device_name() if torch.cuda.is_available() else ""
 
 
 class TeamStoreUnavailable(KforgeError):

@@ -7,7 +7,9 @@ the tier whose record answers a compile's lookup (the first that holds a valid o
 so a teammate's faster kernel hidden behind this machine's own record shows as such. The team's kernels measured on
 another GPU model than the key's own (Note [a team of several GPU models] in store/team.py) are listed as tiers of
 their own, ``team@<model>``, after the team's: they answer only a machine of that model, and the view looks keys up
-as a machine with no GPU named does, so none of their rows answers.
+as a machine with no GPU named does, so none of their rows answers. So are the local cache's GPU model folders (Note
+[a cache directory that GPU models share] in store/local.py), ``local@<model>``, after those; the cache keeps one
+search record a key, the last search's, so no tree is said to be theirs.
 
 Note [the kernels view reads the store without writing it]
 The search views never open the local store: diskcache would create its database in a cache directory that has
@@ -35,6 +37,7 @@ from .data import card_text
 
 TIERS = ("local", "team", "shipped")  # lookup order
 FOLDER = "team@"  # the prefix of a team GPU model's folder as a tier: "team@nvidia-h100-80gb-hbm3"
+LOCAL_FOLDER = "local@"  # the prefix of the local cache's GPU model folder as a tier
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class KernelTiers:
         self.team = TeamStore(team_dir) if team_dir else None
         self.shipped = ShippedStore(shipped_dir)
         self._local: LocalStore | None = None
+        self._folders: dict[str, LocalStore] = {}  # the local cache's GPU model folders, opened once each
         self._lock = threading.Lock()
         # (tier, key) -> (the file's inode, mtime and size, its row): a team directory on a network filesystem may
         # hold thousands of records, read again only when their files change (each write is a new file: a rename)
@@ -94,9 +98,10 @@ class KernelTiers:
 
     def close(self) -> None:
         with self._lock:
-            if self._local is not None:
-                self._local.close()
-                self._local = None
+            for store in [self._local, *self._folders.values()]:
+                if store is not None:
+                    store.close()
+            self._local, self._folders = None, {}
 
     def local(self) -> LocalStore | None:
         """The local store, opened the first time its database exists; None until then."""
@@ -128,18 +133,33 @@ class KernelTiers:
         for folder in team.models() if isinstance(team, TeamStore) else []:
             name = FOLDER + folder.directory.name
             out[name] = (folder, TierState(name, str(folder.directory), True))
+        for name, store in self._local_folders(local).items():
+            out[name] = (store, TierState(name, str(store.records_dir), True))
         return out
 
+    def _local_folders(self, local: LocalStore | None) -> dict[str, LocalStore]:
+        """The local cache's GPU model folders that hold a database, each opened once."""
+        if local is None:
+            return {}
+        with self._lock:
+            for found in local.models():
+                name = LOCAL_FOLDER + found.root.name
+                if name in self._folders:
+                    found.close()
+                else:
+                    self._folders[name] = found
+            return dict(self._folders)
+
     def is_tier(self, name: str) -> bool:
-        """Whether ``name`` is one of TIERS or a team GPU model's folder that exists."""
-        return name in TIERS or (name.startswith(FOLDER) and name in self.readers())
+        """Whether ``name`` is one of TIERS or a team or local GPU model's folder that exists."""
+        return name in TIERS or (name.startswith((FOLDER, LOCAL_FOLDER)) and name in self.readers())
 
     def listing(self) -> dict[str, Any]:
         """Every tier's state and every record of every tier, in lookup order, with the tier that answers each key."""
         readers = self.readers()
         rows: list[KernelRow] = []
         states = []
-        for name in readers:  # TIERS in lookup order, then the team's GPU model folders
+        for name in readers:  # TIERS in lookup order, then the team's GPU model folders, then the local cache's
             reader, state = readers[name]
             tier_rows = [self._row(name, key, reader) for key in reader.keys()] if reader is not None else []
             tier_rows.sort(key=lambda r: (not r.corrupt, r.op, r.tensors))  # corrupt entries first: they need a look

@@ -159,7 +159,7 @@ class UiServer(ThreadingHTTPServer):
     def _kernel(self, tier: str, key: str) -> Any:
         if not self.kernels.is_tier(tier):
             raise ApiError(HTTPStatus.NOT_FOUND, f"{tier[:60]!r} is not a tier: choose one of {', '.join(TIERS)}, or "
-                                                 "team@<model> for a team GPU model's folder that exists")
+                                                 "team@<model> or local@<model> for a GPU model's folder that exists")
         if not is_key(key):
             raise ApiError(HTTPStatus.BAD_REQUEST, f"{key[:80]!r} is not a signature key (64 lowercase hex digits)")
         try:
