@@ -29,7 +29,8 @@ the CLI's, :func:`~.gpu_model.this_gpu`) now keeps that model's records beside t
   the key's own; a corrupt one there is reported and passed over;
 * a write goes to the folder when the folder holds the key already, or when the key's own record names another GPU
   model than this one (``provenance["gpu"]``); otherwise to the key's own place, as before. So the first model to
-  store a key stores it for all, and no model overwrites another's record;
+  store a key stores it for all, and no model overwrites another's record (two storing a new key at once both write
+  its own place, and the last one wins: the other re-times that record at its next lookup, as below);
 * the runtime re-verifies a trusted record that names another model before using it, as it does a shipped one, and
   times it here (cuda_provider._use_record); kept, this GPU's copy goes to the folder, and a kernel slower here is
   searched on a miss (Note [a record that fails here is searched] in runtime/cuda_provider.py). ``kforge prewarm``
