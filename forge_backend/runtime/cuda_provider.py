@@ -57,10 +57,10 @@ from ..reference import call_aten
 from ..registry import KernelImpl, conform
 from ..signature import arch_of
 from ..store.claims import ClaimBusy, search_claims
+from ..store.gpu_model import this_gpu, timed_on_another_model
 from ..store.local import LocalStore
 from ..store.queue import MissQueue
 from ..store.record import KernelRecord
-from ..store.gpu_model import this_gpu, timed_on_another_model
 from ..store.reverified import Reverified, taken_here, timed_elsewhere
 from ..store.shipped import ShippedStore, TieredStore
 from ..store.team import team_store

@@ -206,12 +206,15 @@ class LocalStore(RecordReader):
                 self._mine = LocalStore(folder)
         return self._mine
 
-    def models(self) -> list["LocalStore"]:
-        """Every GPU model's folder that holds a database (none is created; the caller closes them)."""
+    def model_dirs(self) -> list[Path]:
+        """Every GPU model's folder that holds a database."""
         folders = self.root / GPUS_DIR
-        found = sorted(d for d in folders.iterdir() if (d / "records" / "cache.db").is_file()) \
+        return sorted(d for d in folders.iterdir() if (d / "records" / "cache.db").is_file()) \
             if folders.is_dir() else []
-        return [LocalStore(d) for d in found]
+
+    def models(self) -> list["LocalStore"]:
+        """Every GPU model's folder that holds a database, opened (none is created; the caller closes them)."""
+        return [LocalStore(d) for d in self.model_dirs()]
 
     def _target(self, key: str) -> "LocalStore":
         """Where a record of ``key`` is written: this model's folder when it holds the key or the key's own record

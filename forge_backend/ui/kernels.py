@@ -142,12 +142,10 @@ class KernelTiers:
         if local is None:
             return {}
         with self._lock:
-            for found in local.models():
-                name = LOCAL_FOLDER + found.root.name
-                if name in self._folders:
-                    found.close()
-                else:
-                    self._folders[name] = found
+            for folder in local.model_dirs():
+                name = LOCAL_FOLDER + folder.name
+                if name not in self._folders:
+                    self._folders[name] = LocalStore(folder)
             return dict(self._folders)
 
     def is_tier(self, name: str) -> bool:
