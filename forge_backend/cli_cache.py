@@ -24,8 +24,8 @@ from .cli_common import console_for, kforge_errors
 from .errors import KforgeError
 from .store import (CorruptRecord, KernelRecord, LocalStore, Published, RecordDirectory, RecordReader, ShippedStore,
                     TeamStore, TeamStoreUnavailable)
+from .store.gpu_model import this_gpu
 from .store.reverified import Reverified, taken_here, timed_elsewhere
-from .store.team import this_gpu
 
 cache_app = typer.Typer(name="cache", help="Inspect and manage kforge's kernel cache.", no_args_is_help=True,
                         add_completion=False)

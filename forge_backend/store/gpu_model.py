@@ -7,6 +7,10 @@ models] in team.py, Note [a cache directory that GPU models share] in local.py).
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .record import KernelRecord
 
 GPUS_DIR = "gpus"
 
@@ -23,7 +27,7 @@ def this_gpu() -> str:
     return torch.cuda.get_device_name() if torch.cuda.is_available() else ""
 
 
-def timed_on_another_model(record, gpu: str) -> bool:
-    """Whether ``record`` (a KernelRecord) names the GPU model it was timed on, and it is not ``gpu`` (named)."""
+def timed_on_another_model(record: "KernelRecord", gpu: str) -> bool:
+    """Whether ``record`` names the GPU model it was timed on, and it is not ``gpu`` (named)."""
     timed_on = str(record.provenance.get("gpu") or "")
     return bool(timed_on and gpu and timed_on != gpu)
