@@ -43,9 +43,6 @@ def _gpu_memory_back(request):
 
     from forge_backend.runtime import cuda_provider
 
-    for provider in list(cuda_provider._SHARED.values()):
-        if provider._client is not None:
-            provider._client.close()
-    cuda_provider._SHARED.clear()
+    cuda_provider.close_shared()
     gc.collect()
     torch.cuda.empty_cache()

@@ -40,10 +40,7 @@ def test_another_models_kernels_are_retimed_here_and_kept_beside_theirs(tmp_path
             plain.put(rec.replace(provenance={**rec.provenance, "gpu": ELSEWHERE}))
     from forge_backend.runtime import cuda_provider
 
-    for provider in list(cuda_provider._SHARED.values()):  # as a new process: nothing loaded, nothing remembered
-        if provider._client is not None:
-            provider._client.close()
-    cuda_provider._SHARED.clear()
+    cuda_provider.close_shared()  # as a new process: nothing loaded, nothing remembered
     torch._dynamo.reset()
     counters.clear()
     with caplog.at_level(logging.WARNING, logger="kforge"):

@@ -77,6 +77,14 @@ log = logging.getLogger("kforge")
 _SHARED: dict[str, "CudaProvider"] = {}
 
 
+def close_shared() -> None:
+    """Stop the shared providers' search workers and forget the providers (what a new process starts from)."""
+    for provider in list(_SHARED.values()):
+        if provider._client is not None:
+            provider._client.close()
+    _SHARED.clear()
+
+
 def impl_from_record(card: OperatorCard, record: KernelRecord, cfg: KforgeConfig) -> KernelImpl:
     """Load a verified record's kernel into this process (its cubin comes from the cache when present)."""
     candidate = record.candidate_obj()

@@ -158,14 +158,19 @@ class RecordReader:
 
     def check(self) -> IntegrityReport:
         """Read back every entry and sort the keys into ok and corrupt (with the reason)."""
-        report = IntegrityReport()
-        for key in self.keys():
-            try:
-                if self.read(key) is not None:
-                    report.ok.append(key)
-            except CorruptRecord as e:
-                report.corrupt[key] = str(e)
-        return report
+        return _checked(self.keys(), self.read)
+
+
+def _checked(keys: Iterable[str], read: Callable[[str], KernelRecord | None]) -> IntegrityReport:
+    """Each of ``keys`` read back with ``read``, sorted into ok and corrupt (with the reason)."""
+    report = IntegrityReport()
+    for key in keys:
+        try:
+            if read(key) is not None:
+                report.ok.append(key)
+        except CorruptRecord as e:
+            report.corrupt[key] = str(e)
+    return report
 
 
 def searches_dir(cache_dir: str | os.PathLike[str]) -> Path:
@@ -276,8 +281,11 @@ class LocalStore(RecordReader):
 
     def keys(self) -> list[str]:
         mine = self.mine()
-        own = {k for k in self._cache.iterkeys() if isinstance(k, str)}
+        own = self._own_keys()
         return sorted(own.union(mine.keys()) if mine is not None else own)
+
+    def _own_keys(self) -> set[str]:
+        return {k for k in self._cache.iterkeys() if isinstance(k, str)}
 
     def clear(self) -> int:
         """Remove every record, this model's folder's too (search records stay; see :meth:`clear_searches`).
@@ -287,18 +295,10 @@ class LocalStore(RecordReader):
 
     def check(self) -> IntegrityReport:
         """Every entry read back: the keys' own, and this model's folder's as ``<model>/<key>``."""
-        report = IntegrityReport()
-        for key in sorted(k for k in self._cache.iterkeys() if isinstance(k, str)):
-            try:
-                if self._read_own(key) is not None:
-                    report.ok.append(key)
-            except CorruptRecord as e:
-                report.corrupt[key] = str(e)
+        report = _checked(sorted(self._own_keys()), self._read_own)
         mine = self.mine()
-        inner = mine.check() if mine is not None else IntegrityReport()
-        name = mine.root.name if mine is not None else ""
-        report.ok += [f"{name}/{k}" for k in inner.ok]
-        report.corrupt.update({f"{name}/{k}": why for k, why in inner.corrupt.items()})
+        if mine is not None:
+            report.add(mine.check(), mine.root.name)
         return report
 
     def stats(self) -> dict[str, Any]:

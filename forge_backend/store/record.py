@@ -70,6 +70,11 @@ class IntegrityReport:
     ok: list[str] = field(default_factory=list)
     corrupt: dict[str, str] = field(default_factory=dict)
 
+    def add(self, inner: "IntegrityReport", folder: str) -> None:
+        """Take a GPU model folder's report in, its keys named ``<folder>/<key>``."""
+        self.ok += [f"{folder}/{k}" for k in inner.ok]
+        self.corrupt.update({f"{folder}/{k}": why for k, why in inner.corrupt.items()})
+
 
 @dataclass(frozen=True)
 class KernelRecord:

@@ -171,9 +171,7 @@ class TeamStore(RecordDirectory):
         """Every file read back, the key's own and those of every GPU model's folder (as ``<model>/<key>``)."""
         report = RecordDirectory.check(TeamStore(self.directory))
         for folder in self.models():
-            inner = folder.check()
-            report.ok += [f"{folder.directory.name}/{k}" for k in inner.ok]
-            report.corrupt.update({f"{folder.directory.name}/{k}": why for k, why in inner.corrupt.items()})
+            report.add(folder.check(), folder.directory.name)
         return report
 
     def check_writable(self) -> None:

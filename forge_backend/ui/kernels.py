@@ -29,10 +29,11 @@ from typing import Any, Mapping
 
 from ..cards import inputs_text
 from ..store.directory import RecordDirectory
+from ..store.gpu_model import GPUS_DIR
 from ..store.local import LocalStore, RecordReader, searches_dir
 from ..store.record import CorruptRecord, KernelRecord
 from ..store.shipped import ShippedStore, Tiers
-from ..store.team import GPUS_DIR, TeamStore
+from ..store.team import TeamStore
 from .data import card_text
 
 TIERS = ("local", "team", "shipped")  # lookup order
