@@ -107,12 +107,17 @@ def group_norm_variants(vec: int) -> list[dict[str, Any]]:
 def row_norm_variants(vec: int, cols: int) -> list[dict[str, Any]]:
     """The row norm's layouts for a long-ish row (a norm group with its residual add at MMDiT's width: Note [a norm
     takes the residual add before it]; `--only residual`): one row per block, or 1-32 threads per row. The blocks
-    include the ones that fit the row in one pass (Note [a block that fits the row]; `--strategy fit`)."""
+    include the ones that fit the row in one pass (Note [a block that fits the row]; `--strategy fit`), and the walked
+    layouts (`--strategy walk`)."""
     out = list(grid(strategy="block", vec=[vec, vec // 2], block=[64, 128, 256], cache=["reg", "none"]))
     out += [{"strategy": "block", "vec": v, "block": fit_block(cols, v), "cache": c, "fit": True}
             for v in (vec, vec // 2) for c in ("reg", "none")]
-    return out + list(grid(strategy="group", vec=[vec, vec // 2], tpr=[8, 16, 32], block=[64, 128, 256, 512],
-                           cache=["reg", "none"]))
+    out += list(grid(strategy="group", vec=[vec, vec // 2], tpr=[8, 16, 32], block=[64, 128, 256, 512],
+                     cache=["reg", "none"]))
+    # Note [row norms walked with the next rows' loads in flight] (`--strategy walk`; invalid with a prologue)
+    out += [{"strategy": "walk", "vec": vec, "tpr": b, "block": b, "bps": n, "cache": "reg"}
+            for b in (64, 128, fit_block(cols, vec)) for n in (2, 4, 8, 16) if b * n <= 2048]
+    return out + list(grid(strategy="walk", vec=vec, tpr=32, block=[128, 256], bps=[2, 4, 8], cache="reg"))
 
 
 def conv_variants() -> list[dict[str, Any]]:
@@ -229,6 +234,10 @@ def cases() -> list[tuple[str, OperatorCard, list[dict[str, Any]]]]:
                                    ((1, 4096, 1536), "bfloat16")],
             "add(mul(x0,x1),x2)", [((1, 1, 1536), "bfloat16"), ((1, 1, 1536), "bfloat16")], (1, 4096, 1536)),
          row_norm_variants(8, 1536)),
+        ("layer_norm [4096,2048] bf16", tc.layer_norm((4096, 2048), (2048,), "bfloat16", used=(0,)),
+         row_norm_variants(8, 2048)),
+        ("rms_norm [4096,2048] bf16", tc.rms_norm((4096, 2048), (2048,), "bfloat16", used=(0,)),
+         row_norm_variants(8, 2048)),
         ("adaLN norm [1,4096,1536] bf16", tc.norm_fused(
             "add(mul(x0,x1),x2)", (1, 4096, 1536), [((1, 1, 1536), "bfloat16"), ((1, 1, 1536), "bfloat16")]),
          row_norm_variants(8, 1536)),

@@ -768,3 +768,27 @@ def test_group_norm_held_root_is_captured_and_replayed_by_a_cuda_graph():
     params = family_for(card).root_params(card)
     assert params.get("regs") == 2
     replays_right(card, params)
+
+
+# Note [row norms walked with the next rows' loads in flight]: walks of several steps (fewer blocks than row groups),
+# a last row group cut short, a block a row and rows of a group, statistics written per row, adaLN's broadcast extras
+ROW_NORM_WALKS = [
+    (tc.layer_norm((3001, 1001), (1001,), "float32"), {"vec": 1, "tpr": 32, "block": 64, "bps": 1}),
+    (tc.rms_norm((2050, 777), (777,), "bfloat16", used=(0,)), {"vec": 1, "tpr": 32, "block": 96, "bps": 2}),
+    (tc.layer_norm((7, 4097), (4097,), "float16", bias=False, used=(0, 2)), {"vec": 1, "tpr": 256, "block": 256,
+                                                                          "bps": 4}),
+    (tc.norm_fused("add(mul(x0,x1),x2)", (2, 1000, 1536), [((2, 1, 1536), "bfloat16"), ((2, 1, 1536), "bfloat16")]),
+     {"vec": 8, "tpr": 64, "block": 64, "bps": 2}),
+    (tc.norm_fused("add(mul(x0,x1),x2)", (2, 1000, 1536), [((2, 1, 1536), "bfloat16"), ((2, 1, 1536), "bfloat16")]),
+     {"vec": 8, "tpr": 32, "block": 128, "bps": 1}),
+    (tc.norm_fused("mul(x0,sigmoid(x1))", (3, 700, 1000), [((3, 700, 1000), "float32")], "float32", norm="rms_norm",
+                   weight=True), {"vec": 4, "tpr": 128, "block": 128, "bps": 1}),
+]
+
+
+@pytest.mark.parametrize("case", ROW_NORM_WALKS, ids=lambda c: f"{c[0].op.split('.')[1]}-" +
+                         "x".join(map(str, c[0].outputs[0].spec.shape)) + f"-tpr{c[1]['tpr']}-b{c[1]['block']}"
+                         f"-bps{c[1]['bps']}")
+def test_row_norm_walk_passes_the_verifier(case):
+    card, params = case
+    check(card, {"strategy": "walk", "cache": "reg", **params})

@@ -454,8 +454,8 @@ def cluster_combine(part: str, stat: str, vtype: str, op: str, identity: str, si
 
 
 def walk_head(item: str, count: str, first: str, prefetch: str, owned: str, slot: str) -> str:
-    """C++ that opens a pipelined walk (the ``pipe`` strategies): this cluster's items ``first``, ``first + ncl``...
-    below ``count``. Before the loop the first item's packs are loaded into the registers ``nx``; each iteration
+    """C++ that opens a pipelined walk (the ``pipe`` strategies, the row norms' ``walk``): this cluster's (or block's)
+    items ``first``, ``first + ncl``... below ``count``. Before the loop the first item's packs are loaded into the registers ``nx``; each iteration
     moves them into this thread's own ``slot`` (where ``owned``) and has ``prefetch`` load item ``n<item>``, the
     next one, into ``nx`` while the body works on ``slot``. The caller closes the loop."""
     return f"""

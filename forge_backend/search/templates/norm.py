@@ -6,6 +6,8 @@ Strategies per op (``params["strategy"]``):
 * layer_norm / rms_norm: ``group`` (TPR <= 32 threads per row) or ``block`` (one block per row); the row cached in
   registers (``cache=reg``: one DRAM read) or re-read (``cache=none``: 3 reads for layer norm, 2 for RMS norm, the
   later ones mostly from L1/L2). Mean and variance are two-pass (mean first, then sum of squared deviations).
+  ``walk`` (Note [row norms walked with the next rows' loads in flight]): either layout, cached in registers, walked
+  by ``bps`` blocks per SM, each loading its next rows while it reduces and stores these.
 * batch_norm: ``flat`` (channel parameters looked up per vector), ``plane`` (NCHW: one block row per (n, c) plane,
   parameters once per block), ``hoist`` (channels-last: a grid-stride loop whose stride is a multiple of C, so each
   thread keeps the same channels and loads their parameters once).
@@ -23,18 +25,19 @@ from math import gcd
 from typing import Any
 
 from ...cards import OperatorCard
-from ...contract import Candidate
+from ...contract import NUM_SMS, Candidate
 from ...expression import NORM_OP
 from .common import (FLOAT_DTYPES, ITEMSIZE, PREAMBLE, REG_CACHE_BLOCK, REG_CACHE_THREAD, ROW_SETUP, SMS, align_of,
                      best_vec, card_tensors, cdiv, clamp, consts, dtype_or, eps_arg, filter_actions, flat_contiguous,
                      input_spec, knob, launch, main_input, make_candidate, output_spec, param_ok, plan_params,
-                     pow2_ceil, row_fill, row_loop, row_offset, rows_aligned, same_layout, scale_knob, typedefs, vec_ok)
+                     pow2_ceil, row_fill, row_loop, row_offset, rows_aligned, same_layout, scale_knob, typedefs, vec_ok,
+                     walk_head)
 from .epilogue import epilogue_function, epilogue_ok, extras, norm_input, prologue_inputs, prologue_ok
 from .fused import row_loader
 
 OPS = {"aten.native_layer_norm.default": "layer_norm", "aten._fused_rms_norm.default": "rms_norm",
        "aten._native_batch_norm_legit_no_training.default": "batch_norm"}
-STRATEGIES = {"layer_norm": ("group", "block"), "rms_norm": ("group", "block"),
+STRATEGIES = {"layer_norm": ("group", "block", "walk"), "rms_norm": ("group", "block", "walk"),
               "batch_norm": ("flat", "plane", "hoist")}
 RMS_DEFAULT_EPS = 1.1920928955078125e-07  # torch.finfo(float32).eps: _fused_rms_norm's eps=None
 
@@ -76,6 +79,9 @@ def _rows_aligned(card: OperatorCard, vec: int) -> bool:
 
 def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
     kind = _kind(card)
+    if kind in ("layer_norm", "rms_norm") and strategy == "walk":  # the root's layout, walked
+        lay = defaults(card, "group" if _short_rows(card) else "block")
+        return walked(lay, lay.get("tpr", lay["block"]))
     if kind in ("layer_norm", "rms_norm"):
         cols = card.sizes["cols"]
         vec = best_vec(cols, card_tensors(card))
@@ -98,11 +104,22 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
         return p
 
 
+def walked(p: dict[str, Any], tpr: int) -> dict[str, Any]:
+    """Note [row norms walked with the next rows' loads in flight]: layout ``p`` (its vector and block, ``tpr``
+    threads a row) walked by as many blocks per SM as the threads allow (16 at most)."""
+    return {"strategy": "walk", "vec": p["vec"], "tpr": tpr, "block": p["block"],
+            "bps": clamp(2048 // p["block"], 1, 16), "cache": "reg"}
+
+
+def _short_rows(card: OperatorCard) -> bool:
+    """Rows of at most 2 KB: threads of a group (``group``) rather than a block (``block``) take a row."""
+    return card.sizes["cols"] * ITEMSIZE[norm_input(card).dtype] <= 2048
+
+
 def root_params(card: OperatorCard) -> dict[str, Any]:
     kind = _kind(card)
     if kind in ("layer_norm", "rms_norm"):
-        order = ("group", "block") if card.sizes["cols"] * ITEMSIZE[norm_input(card).dtype] <= 2048 else \
-            ("block", "group")
+        order = ("group", "block") if _short_rows(card) else ("block", "group")
     else:
         big_planes = _hw(card) >= 1024
         order = ("hoist", "flat") if _channels_last(card) else (("plane", "flat") if big_planes else ("flat",))
@@ -135,15 +152,20 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
     isz = ITEMSIZE[norm_input(card).dtype]
     if kind in ("layer_norm", "rms_norm"):
         cols = card.sizes["cols"]
-        tpr = p.get("tpr", 0) if s == "group" else block
-        if not vec_ok(vec, cols, card_tensors(card)) or (s == "group" and tpr not in (1, 2, 4, 8, 16, 32)):
+        tpr = p.get("tpr", 0) if s != "block" else block
+        per_row = s == "block" or (s == "walk" and tpr == block)  # a block a row
+        if not vec_ok(vec, cols, card_tensors(card)) or (not per_row and tpr not in (1, 2, 4, 8, 16, 32)):
             return False
         if not _rows_aligned(card, vec):
             return False  # each extra input's row must start on a whole pack
-        if s == "block" and block > max(64, pow2_ceil(cdiv(cols, vec))):
+        if per_row and block > max(64, pow2_ceil(cdiv(cols, vec))):
             return False
-        per_thread = cdiv(cols, tpr * vec) * vec * isz
+        held = 2 if s == "walk" else 1  # a walk holds the next rows' packs beside these
+        per_thread = cdiv(cols, tpr * vec) * vec * isz * held
         fits = per_thread <= REG_CACHE_THREAD and per_thread * block <= REG_CACHE_BLOCK
+        if s == "walk":  # registers only (the prefetch lands there), no prologue (Note [row norms walked ...])
+            return (p.get("cache") == "reg" and fits and not prologue_inputs(card)
+                    and p.get("bps") in (1, 2, 4, 8, 16, 32) and block * p["bps"] <= 2048)
         return p.get("cache") == "none" or (p.get("cache") == "reg" and fits)
     x, cl = main_input(card), _channels_last(card)  # batch norm
     inner = x.shape[1] if cl else _hw(card)
@@ -159,13 +181,30 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
 def actions(card: OperatorCard, p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     kind = _kind(card)
     acts = [(f"strategy {p['strategy']} -> {s}", defaults(card, s)) for s in STRATEGIES[kind] if s != p["strategy"]]
-    for name in ("vec", "block", "tpr", "unroll"):
-        acts += scale_knob(p, name)
-    if kind in ("layer_norm", "rms_norm") and p["strategy"] == "block":  # Note [a block that fits the row]
-        acts.append(knob(p, "block", fit_block(card.sizes["cols"], p["vec"])))
+    a_row = p["strategy"] == "walk" and p["tpr"] == p["block"]  # a walked block a row keeps its tpr its block
+    for name in ("vec", "block", "tpr", "unroll", "bps"):
+        scaled = scale_knob(p, name)
+        acts += [(label, _walk_fits(q, a_row)) for label, q in scaled] if name == "block" else scaled
+    if kind in ("layer_norm", "rms_norm") and (p["strategy"] == "block" or a_row):  # Note [a block that fits the row]
+        label, q = knob(p, "block", fit_block(card.sizes["cols"], p["vec"]))
+        acts.append((label, _walk_fits(q, a_row)))
     if "cache" in p:
         acts.append(knob(p, "cache", "none" if p["cache"] == "reg" else "reg"))
+    if p["strategy"] in ("group", "block") and p.get("cache") == "reg":  # this very layout, walked
+        acts.append((f"strategy {p['strategy']} -> walk, same layout",
+                     walked(p, p["tpr"] if p["strategy"] == "group" else p["block"])))
     return filter_actions(card, p, acts, valid)
+
+
+def _walk_fits(p: dict[str, Any], a_row: bool) -> dict[str, Any]:
+    """``p`` after its block changed: a walked block a row stays a row a block, and a walk keeps the blocks per SM
+    that its threads allow."""
+    if p["strategy"] != "walk":
+        return p
+    bps = p["bps"]
+    while bps > 1 and p["block"] * bps > 2048:
+        bps //= 2
+    return {**p, "bps": bps} | ({"tpr": p["block"]} if a_row else {})
 
 
 def fit_block(cols: int, vec: int) -> int:
@@ -187,7 +226,8 @@ def _row_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     rms = _kind(card) == "rms_norm"
     x = norm_input(card)
     cols, block, vec, cache = card.sizes["cols"], p["block"], p["vec"], p["cache"]
-    tpr = p["tpr"] if p["strategy"] == "group" else block
+    tpr = block if p["strategy"] == "block" else p["tpr"]
+    walk = p["strategy"] == "walk"
     has = {n: input_spec(card, n) is not None for n in ("weight", "bias")}
     mean_i, rstd_i = (9, 1) if rms else (1, 2)  # rms_norm has no mean output (index 9 never exists)
     group = card.op == NORM_OP  # a group's outputs are its expression's (and its prologue's), never the statistics
@@ -244,19 +284,31 @@ def _row_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     setup += "".join(
         f"\n  const TX{t.name[1:]}* er{t.name[1:]} = {t.name} + (ok ? {row_offset(output_spec(card, 0), t.spec)} : 0);"
         for t in ep_in)
+    fill = "P c[NIT];" + row_fill("reg", ld) + (row_loop("reg", keep) if head else "") if cache == "reg" else ""
+    if walk:  # Note [row norms walked with the next rows' loads in flight]: the walk fills the cache
+        first = "(long long)blockIdx.x * RPB"
+        assert first in setup, "ROW_SETUP no longer numbers the rows as the walk expects"
+        fill, setup = "", setup.replace(first, "g * RPB")
+    body = f"""{setup}
+  {fill}
+  {mean_stats}
+  float q = 0.f;{row_loop(src, body_sq, ld)}
+  const float rstd = rsqrtf(group_all<NT, TPR>(q, Sum(), red) * (1.f / COLS) + eps);{row_loop(src, body_out, ld)}
+  if (ok && lane == 0) {{{" mean_out[row] = from_f<TM>(mean);" if has_mean else ""}{" rstd_out[row] = from_f<TR>(rstd);" if has_rstd else ""} }}"""
+    kernel = "norm_walk" if walk else "norm_rows"
+    if walk:
+        body = f"""
+  const long long ncl = gridDim.x, items = (rows + RPB - 1) / RPB;
+  P c[NIT];{walk_head("g", "items", "blockIdx.x", _NEXT_ROWS, "true", "c[i]")}{body}
+  }}"""
     source = f"""{PREAMBLE}
 {types}
 {consts(COLS=cols, VEC=vec, TPR=tpr, NT=block, RPB=block // tpr, NIT=cdiv(cols, tpr * vec))}
 typedef Pack<T, VEC> P;
 typedef Pack<TO, VEC> PO;
 
-extern "C" __global__ __launch_bounds__(NT) void norm_rows({params}) {{
-  __shared__ float red[32];{setup}
-  {"P c[NIT];" + row_fill("reg", ld) + (row_loop("reg", keep) if head else "") if cache == "reg" else ""}
-  {mean_stats}
-  float q = 0.f;{row_loop(src, body_sq, ld)}
-  const float rstd = rsqrtf(group_all<NT, TPR>(q, Sum(), red) * (1.f / COLS) + eps);{row_loop(src, body_out, ld)}
-  if (ok && lane == 0) {{{" mean_out[row] = from_f<TM>(mean);" if has_mean else ""}{" rstd_out[row] = from_f<TR>(rstd);" if has_rstd else ""} }}
+extern "C" __global__ __launch_bounds__(NT) void {kernel}({params}) {{
+  __shared__ float red[32];{body}
 }}
 """
     rpb = block // tpr
@@ -265,8 +317,34 @@ extern "C" __global__ __launch_bounds__(NT) void norm_rows({params}) {{
         desc = f"{card.scalars['prologue']}, then " + desc
     if group:
         desc += f" then {card.scalars['expr']}"
-    return make_candidate(source, [launch("norm_rows", f"cdiv(rows, {rpb})", block, args)], desc, p,
-                          align_of(vec, card_tensors(card)))
+    grid = f"min(cdiv(rows, {rpb}), {NUM_SMS} * {p['bps']})" if walk else f"cdiv(rows, {rpb})"
+    return make_candidate(source, [launch(kernel, grid, block, args)], desc, p, align_of(vec, card_tensors(card)))
+
+
+# Note [row norms walked with the next rows' loads in flight]
+# A row norm loads its rows, reduces them, then stores them, and a block does nothing else: in a grid of a block per
+# row (or per RPB rows of TPR threads), a wave of resident blocks first all load, then all reduce and store. MMDiT's
+# adaLN norm [1, 4096, 1536] bf16 runs 4,096 rows as about two such waves (2,112 resident blocks of 128 threads) at
+# about half of the copy bandwidth (docs/STATUS.md, the thirtieth session's Next 4). ``walk`` takes the same layout and
+# launches ``bps`` blocks per SM (``num_sms`` times that, at most one per row group), each walking the row groups
+# blockIdx.x, blockIdx.x + gridDim.x, ... (common.walk_head): the next group's packs are loaded into registers (nx)
+# before this group's statistics, barriers and stores, so a block's reads and writes overlap. A thread holds twice the
+# packs of its row (``valid`` counts both against the register budget), so only ``cache=reg``; a prologue group is
+# left to the other strategies, since computing a prologue's value as its packs land would wait for them there. Every
+# block runs the same number of steps (the walk depends on blockIdx.x only), so the block-wide reductions stay whole;
+# no step waits for another block, so the walk is correct whatever the number of resident blocks. Seed and action
+# (``strategy group|block -> walk, same layout``) of every row norm; not measured on a GPU when it was written.
+_NEXT_ROWS = """{
+      const long long nr = ng * RPB + threadIdx.x / TPR;
+      if (nr < rows) {
+        const T* xn = x + nr * (long long)COLS;
+#pragma unroll
+        for (int i = 0; i < NIT; ++i) {
+          const int col = (i * TPR + threadIdx.x % TPR) * VEC;
+          if (col < COLS) nx[i] = ldp<T, VEC>(xn + col);
+        }
+      }
+    }"""
 
 
 def _batch_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
