@@ -48,7 +48,7 @@ def test_short_rows_walk_several_rows_a_block() -> None:
     compile_candidate(norm.generate(stats, q), "sm_90")
 
 
-def test_walk_needs_registers_for_two_rows_and_no_prologue() -> None:
+def test_walk_needs_registers_for_two_rows() -> None:
     card = _adaln()
     p = norm.defaults(card, "walk")
     assert not norm.valid(card, {**p, "cache": "none"})  # the prefetch lands in registers
@@ -59,12 +59,31 @@ def test_walk_needs_registers_for_two_rows_and_no_prologue() -> None:
     block = norm.defaults(wide, "block")
     assert block["cache"] == "reg" and norm.valid(wide, block)
     assert not norm.valid(wide, norm.walked(block, block["block"]))  # twice its row's packs overflow the registers
+
+
+def test_a_prologue_group_prefetches_each_input_and_writes_the_sum() -> None:
+    """Note [a norm takes the residual add before it]: the walk prefetches the packs of each of the prologue's inputs
+    (the broadcast gate too), computes the norm's input from them as they move into the cache, and writes it as
+    output 1 before the statistics."""
     residual = tc.norm_residual("add(x0,mul(x1,x2))", [((1, 64, 1536), "bfloat16"), ((1, 1, 1536), "bfloat16"),
                                                        ((1, 64, 1536), "bfloat16")],
                                 "add(mul(x0,x1),x2)", [((1, 1, 1536), "bfloat16"), ((1, 1, 1536), "bfloat16")],
                                 (1, 64, 1536))
-    assert not norm.valid(residual, norm.defaults(residual, "walk"))
-    assert all(s["strategy"] != "walk" for s in norm.seeds(residual))
+    p = norm.defaults(residual, "walk")
+    assert norm.valid(residual, p) and p in norm.seeds(residual)
+    src = norm.generate(residual, p).source
+    assert "Pack<TP0, VEC> nx0[NIT]; Pack<TP1, VEC> nx1[NIT]; Pack<TP2, VEC> nx2[NIT];" in src
+    assert "const XRow xn = x_row(p0, p1, p2, nr);" in src and "nx2[i] = ldp<TP2, VEC>(a.p2);" in src
+    assert "c[i] = prologue_of(nx0[i], nx1[i], nx2[i]);" in src
+    assert src.index("stp<T, VEC>(rr + col, p);") < src.index("group_all<NT, TPR>(s, Sum(), red)")
+    compile_candidate(norm.generate(residual, p), "sm_90")
+    # the prologue's three inputs' packs beside the cached row count against the registers
+    wide = tc.norm_residual("add(x0,mul(x1,x2))", [((8, 8192), "float32"), ((1, 8192), "float32"),
+                                                   ((8, 8192), "float32")], "mul(x0,2.0)", [], (8, 8192),
+                            "float32")
+    tight = {"strategy": "walk", "vec": 4, "tpr": 256, "block": 256, "bps": 8, "cache": "reg"}
+    assert not norm.valid(wide, tight)  # 8 packs of 16 bytes, 4 times (the row, 3 inputs): 512 bytes a thread
+    assert norm.valid(tc.layer_norm((8, 8192), (8192,), "float32", used=(0,)), tight)  # 8 x 16 x 2: 256, the budget
 
 
 def test_walk_actions_keep_a_block_a_row_and_walk_any_layout() -> None:

@@ -771,7 +771,8 @@ def test_group_norm_held_root_is_captured_and_replayed_by_a_cuda_graph():
 
 
 # Note [row norms walked with the next rows' loads in flight]: walks of several steps (fewer blocks than row groups),
-# a last row group cut short, a block a row and rows of a group, statistics written per row, adaLN's broadcast extras
+# a last row group cut short, a block a row and rows of a group, statistics written per row, adaLN's broadcast extras,
+# prologues
 ROW_NORM_WALKS = [
     (tc.layer_norm((3001, 1001), (1001,), "float32"), {"vec": 1, "tpr": 32, "block": 64, "bps": 1}),
     (tc.rms_norm((2050, 777), (777,), "bfloat16", used=(0,)), {"vec": 1, "tpr": 32, "block": 96, "bps": 2}),
@@ -783,6 +784,14 @@ ROW_NORM_WALKS = [
      {"vec": 8, "tpr": 32, "block": 128, "bps": 1}),
     (tc.norm_fused("mul(x0,sigmoid(x1))", (3, 700, 1000), [((3, 700, 1000), "float32")], "float32", norm="rms_norm",
                    weight=True), {"vec": 4, "tpr": 128, "block": 128, "bps": 1}),
+    # a prologue: each input's packs prefetched, the residual computed as they move into the cache, written as output 1
+    (tc.norm_residual("add(x0,mul(x1,x2))", [((2, 1000, 1536), "bfloat16"), ((2, 1, 1536), "bfloat16"),
+                                             ((2, 1000, 1536), "bfloat16")],
+                      "add(mul(x0,x1),x2)", [((2, 1, 1536), "bfloat16"), ((2, 1, 1536), "bfloat16")], (2, 1000, 1536)),
+     {"vec": 8, "tpr": 64, "block": 64, "bps": 2}),
+    (tc.norm_residual("add(x0,x1)", [((3, 701, 999), "float16"), ((3, 701, 999), "float16")], "mul(x0,2.0)", [],
+                      (3, 701, 999), "float16", norm="rms_norm", weight=True), {"vec": 1, "tpr": 32, "block": 128,
+                                                                                  "bps": 1}),
 ]
 
 

@@ -453,20 +453,22 @@ def cluster_combine(part: str, stat: str, vtype: str, op: str, identity: str, si
   }}"""
 
 
-def walk_head(item: str, count: str, first: str, prefetch: str, owned: str, slot: str) -> str:
+def walk_head(item: str, count: str, first: str, prefetch: str, owned: str, slot: str, regs: str = "P nx[NIT];",
+              value: str = "nx[i]") -> str:
     """C++ that opens a pipelined walk (the ``pipe`` strategies, the row norms' ``walk``): this cluster's (or block's)
-    items ``first``, ``first + ncl``... below ``count``. Before the loop the first item's packs are loaded into the registers ``nx``; each iteration
-    moves them into this thread's own ``slot`` (where ``owned``) and has ``prefetch`` load item ``n<item>``, the
-    next one, into ``nx`` while the body works on ``slot``. The caller closes the loop."""
+    items ``first``, ``first + ncl``... below ``count``. Before the loop the first item's packs are loaded into the
+    registers ``regs`` (``nx``); each iteration moves pack i's ``value`` into this thread's own ``slot`` (where
+    ``owned``) and has ``prefetch`` load item ``n<item>``, the next one, into them while the body works on ``slot``.
+    The caller closes the loop."""
     return f"""
-  P nx[NIT];
+  {regs}
   long long n{item} = {first};
   if (n{item} < {count}) {prefetch}
   int it = 0;
   for (long long {item} = n{item}; {item} < {count}; {item} += ncl, ++it) {{
 #pragma unroll
     for (int i = 0; i < NIT; ++i)
-      if ({owned}) {slot} = nx[i];  // each thread keeps its own slots
+      if ({owned}) {slot} = {value};  // each thread keeps its own slots
     n{item} = {item} + ncl;
     if (n{item} < {count}) {prefetch}"""
 

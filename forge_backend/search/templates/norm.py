@@ -160,12 +160,13 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
             return False  # each extra input's row must start on a whole pack
         if per_row and block > max(64, pow2_ceil(cdiv(cols, vec))):
             return False
-        held = 2 if s == "walk" else 1  # a walk holds the next rows' packs beside these
-        per_thread = cdiv(cols, tpr * vec) * vec * isz * held
+        # a walk also holds the next rows' packs: of its input, or of each of its prologue's inputs
+        held = isz + (sum(ITEMSIZE[t.spec.dtype] for t in prologue_inputs(card)) or isz if s == "walk" else 0)
+        per_thread = cdiv(cols, tpr * vec) * vec * held
         fits = per_thread <= REG_CACHE_THREAD and per_thread * block <= REG_CACHE_BLOCK
-        if s == "walk":  # registers only (the prefetch lands there), no prologue (Note [row norms walked ...])
-            return (p.get("cache") == "reg" and fits and not prologue_inputs(card)
-                    and p.get("bps") in (1, 2, 4, 8, 16, 32) and block * p["bps"] <= 2048)
+        if s == "walk":  # registers only: the prefetch lands there (Note [row norms walked ...])
+            return (p.get("cache") == "reg" and fits and p.get("bps") in (1, 2, 4, 8, 16, 32)
+                    and block * p["bps"] <= 2048)
         return p.get("cache") == "none" or (p.get("cache") == "reg" and fits)
     x, cl = main_input(card), _channels_last(card)  # batch norm
     inner = x.shape[1] if cl else _hw(card)
@@ -288,7 +289,7 @@ def _row_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     if walk:  # Note [row norms walked with the next rows' loads in flight]: the walk fills the cache
         first = "(long long)blockIdx.x * RPB"
         assert first in setup, "ROW_SETUP no longer numbers the rows as the walk expects"
-        fill, setup = "", setup.replace(first, "g * RPB")
+        fill, setup = row_loop("reg", keep) if head else "", setup.replace(first, "g * RPB")
     body = f"""{setup}
   {fill}
   {mean_stats}
@@ -297,15 +298,16 @@ def _row_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
   if (ok && lane == 0) {{{" mean_out[row] = from_f<TM>(mean);" if has_mean else ""}{" rstd_out[row] = from_f<TR>(rstd);" if has_rstd else ""} }}"""
     kernel = "norm_walk" if walk else "norm_rows"
     if walk:
+        regs, loads, value = _next_rows(head)
         body = f"""
   const long long ncl = gridDim.x, items = (rows + RPB - 1) / RPB;
-  P c[NIT];{walk_head("g", "items", "blockIdx.x", _NEXT_ROWS, "true", "c[i]")}{body}
+  P c[NIT];{walk_head("g", "items", "blockIdx.x", loads, "true", "c[i]", regs, value)}{body}
   }}"""
     source = f"""{PREAMBLE}
 {types}
 {consts(COLS=cols, VEC=vec, TPR=tpr, NT=block, RPB=block // tpr, NIT=cdiv(cols, tpr * vec))}
 typedef Pack<T, VEC> P;
-typedef Pack<TO, VEC> PO;
+typedef Pack<TO, VEC> PO;{_prologue_of_packs(head) if walk and head else ""}
 
 extern "C" __global__ __launch_bounds__(NT) void {kernel}({params}) {{
   __shared__ float red[32];{body}
@@ -328,23 +330,55 @@ extern "C" __global__ __launch_bounds__(NT) void {kernel}({params}) {{
 # about half of the copy bandwidth (docs/STATUS.md, the thirtieth session's Next 4). ``walk`` takes the same layout and
 # launches ``bps`` blocks per SM (``num_sms`` times that, at most one per row group), each walking the row groups
 # blockIdx.x, blockIdx.x + gridDim.x, ... (common.walk_head): the next group's packs are loaded into registers (nx)
-# before this group's statistics, barriers and stores, so a block's reads and writes overlap. A thread holds twice the
-# packs of its row (``valid`` counts both against the register budget), so only ``cache=reg``; a prologue group is
-# left to the other strategies, since computing a prologue's value as its packs land would wait for them there. Every
+# before this group's statistics, barriers and stores, so a block's reads and writes overlap. A thread holds its row's
+# packs twice (``valid`` counts both against the register budget), so only ``cache=reg``. A group with a prologue (Note
+# [a norm takes the residual add before it]) prefetches the packs of each of the prologue's inputs and computes the
+# norm's input from them (``prologue_of``, rounded as ldx rounds) as they move into the cache at the next step, once
+# they have landed (computed as they were loaded, the prefetch would wait for them there); then it writes that value
+# as output 1, as the other strategies do. Every
 # block runs the same number of steps (the walk depends on blockIdx.x only), so the block-wide reductions stay whole;
 # no step waits for another block, so the walk is correct whatever the number of resident blocks. Seed and action
 # (``strategy group|block -> walk, same layout``) of every row norm; not measured on a GPU when it was written.
-_NEXT_ROWS = """{
+def _next_rows(head: list) -> tuple[str, str, str]:
+    """The walk's registers for the next rows (``nx``: packs of the input, or ``nx<k>``: of each prologue input
+    ``p<k>``), the C++ that loads row group ``ng``'s packs into them, and pack i's value of the norm's input."""
+    if not head:
+        return "P nx[NIT];", _next_loads("const T* xn = x + nr * (long long)COLS;", "nx[i] = ldp<T, VEC>(xn + col);"), \
+            "nx[i]"
+    ks = [t.name[1:] for t in head]
+    regs = " ".join(f"Pack<TP{k}, VEC> nx{k}[NIT];" for k in ks)
+    row = "const XRow xn = x_row(" + ", ".join(t.name for t in head) + ", nr);"
+    loads = "{ const XAt a = xn + col; " + " ".join(f"nx{k}[i] = ldp<TP{k}, VEC>(a.p{k});" for k in ks) + " }"
+    return regs, _next_loads(row, loads), "prologue_of(" + ", ".join(f"nx{k}[i]" for k in ks) + ")"
+
+
+def _next_loads(row: str, load: str) -> str:
+    return f"""{{
       const long long nr = ng * RPB + threadIdx.x / TPR;
-      if (nr < rows) {
-        const T* xn = x + nr * (long long)COLS;
+      if (nr < rows) {{
+        {row}
 #pragma unroll
-        for (int i = 0; i < NIT; ++i) {
+        for (int i = 0; i < NIT; ++i) {{
           const int col = (i * TPR + threadIdx.x % TPR) * VEC;
-          if (col < COLS) nx[i] = ldp<T, VEC>(xn + col);
-        }
-      }
-    }"""
+          if (col < COLS) {load}
+        }}
+      }}
+    }}"""
+
+
+def _prologue_of_packs(head: list) -> str:
+    """``prologue_of``: a pack of the norm's input from packs of the prologue's inputs, computed and rounded as ldx
+    (fused.row_loader) computes it from memory."""
+    ks = [t.name[1:] for t in head]
+    params = ", ".join(f"const Pack<TP{k}, VEC>& q{k}" for k in ks)
+    args = ", ".join(f"to_f(q{k}.v[j])" for k in ks)
+    return f"""
+__device__ __forceinline__ P prologue_of({params}) {{
+  P r;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) r.v[j] = from_f<T>(fx({args}));
+  return r;
+}}"""
 
 
 def _batch_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
