@@ -7,6 +7,7 @@
 #      layer/rms norms [4096,2048] bf16: each case's root, then its walks (blocks a row of 64, 128 and the row's fit,
 #      2-16 blocks an SM; rows of 32 threads in blocks of 128 and 256); the two adaLN cases twice;
 #   3. the ops rows of the adaLN norms and of the norms [4096,2048] with 25-iteration searches (the walk is a seed).
+# SHORT=1 (about 2.5 minutes, for a call on little device time): the verifier and each case once, no ops rows.
 #   bash benchmarks/plans/norm_walk.sh   -> $OUT/r.tgz (t1/, probe_norm_walk.json/.log, ops/)
 . benchmarks/plans/common.sh
 n=0
@@ -14,12 +15,14 @@ bash benchmarks/run_device.sh setup
 pack() { (cd "$OUT" && tar czf /tmp/r.tgz --exclude=r.tgz . && mv /tmp/r.tgz "$OUT/r.tgz"); }
 (OUT=$OUT/t1 T=${TT:-90} bash benchmarks/run_device.sh tests tests/test_templates_gpu.py \
   -k "row_norm_walk or (odd_sizes and norm and not group_norm and not batch_norm)" | tail -4); pack
-for c in "adaLN norm [1,4096,1536] bf16" "residual adaLN norm [1,4096,1536] bf16" "layer_norm [4096,2048] bf16" \
-  "rms_norm [4096,2048] bf16" "adaLN norm [1,4096,1536] bf16" "residual adaLN norm [1,4096,1536] bf16"; do
+cases=("adaLN norm [1,4096,1536] bf16" "residual adaLN norm [1,4096,1536] bf16" "layer_norm [4096,2048] bf16"
+  "rms_norm [4096,2048] bf16")
+[ -n "${SHORT:-}" ] || cases+=("${cases[@]:0:2}")
+for c in "${cases[@]}"; do
   probe "$((++n))$(echo "$c" | tr -c 'a-z0-9' '_')" "${TP:-45}" --only "=$c" --strategy walk
 done
 collect norm_walk; pack
-(OUT=$OUT/ops T=${TO:-150} bash benchmarks/run_device.sh ops --quick-iterations 25 --rows adaln \
-  --rows 'layer_norm [4096' --rows 'rms_norm [4096' | tail -8); pack
+[ -n "${SHORT:-}" ] || { (OUT=$OUT/ops T=${TO:-150} bash benchmarks/run_device.sh ops --quick-iterations 25 \
+  --rows adaln --rows 'layer_norm [4096' --rows 'rms_norm [4096' | tail -8); pack; }
 nvidia-smi --query-gpu=name,driver_version --format=csv
 cd "$OUT" && ls | grep -v '^r.tgz$' | xargs rm -rf
