@@ -161,8 +161,8 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         if per_row and block > max(64, pow2_ceil(cdiv(cols, vec))):
             return False
         # a walk also holds the next rows' packs: of its input, or of each of its prologue's inputs
-        held = isz + (sum(ITEMSIZE[t.spec.dtype] for t in prologue_inputs(card)) or isz if s == "walk" else 0)
-        per_thread = cdiv(cols, tpr * vec) * vec * held
+        ahead = (sum(ITEMSIZE[t.spec.dtype] for t in prologue_inputs(card)) or isz) if s == "walk" else 0
+        per_thread = cdiv(cols, tpr * vec) * vec * (isz + ahead)
         fits = per_thread <= REG_CACHE_THREAD and per_thread * block <= REG_CACHE_BLOCK
         if s == "walk":  # registers only: the prefetch lands there (Note [row norms walked ...])
             return (p.get("cache") == "reg" and fits and p.get("bps") in (1, 2, 4, 8, 16, 32)
@@ -335,10 +335,12 @@ extern "C" __global__ __launch_bounds__(NT) void {kernel}({params}) {{
 # [a norm takes the residual add before it]) prefetches the packs of each of the prologue's inputs and computes the
 # norm's input from them (``prologue_of``, rounded as ldx rounds) as they move into the cache at the next step, once
 # they have landed (computed as they were loaded, the prefetch would wait for them there); then it writes that value
-# as output 1, as the other strategies do. Every
-# block runs the same number of steps (the walk depends on blockIdx.x only), so the block-wide reductions stay whole;
-# no step waits for another block, so the walk is correct whatever the number of resident blocks. Seed and action
-# (``strategy group|block -> walk, same layout``) of every row norm; not measured on a GPU when it was written.
+# as output 1, as the other strategies do. Every block runs the same number of steps (the walk depends on blockIdx.x
+# only), so the block-wide reductions stay whole; no step waits for another block, so the walk is correct whatever the
+# number of resident blocks. Seed and action (``strategy group|block -> walk, same layout``) of every row norm; not
+# measured on a GPU when it was written (benchmarks/plans/norm_walk.sh is the plan that measures it).
+
+
 def _next_rows(head: list) -> tuple[str, str, str]:
     """The walk's registers for the next rows (``nx``: packs of the input, or ``nx<k>``: of each prologue input
     ``p<k>``), the C++ that loads row group ``ng``'s packs into them, and pack i's value of the norm's input."""
