@@ -114,7 +114,8 @@ def row_norm_variants(vec: int, cols: int) -> list[dict[str, Any]]:
             for v in (vec, vec // 2) for c in ("reg", "none")]
     out += list(grid(strategy="group", vec=[vec, vec // 2], tpr=[8, 16, 32], block=[64, 128, 256, 512],
                      cache=["reg", "none"]))
-    # Note [row norms walked with the next rows' loads in flight] (`--strategy walk`; invalid with a prologue)
+    # Note [row norms walked with the next rows' loads in flight] (`--strategy walk`; a prologue's inputs count
+    # against the registers too, so some are invalid there)
     out += [{"strategy": "walk", "vec": vec, "tpr": b, "block": b, "bps": n, "cache": "reg"}
             for b in (64, 128, fit_block(cols, vec)) for n in (2, 4, 8, 16) if b * n <= 2048]
     return out + list(grid(strategy="walk", vec=vec, tpr=32, block=[128, 256], bps=[2, 4, 8], cache="reg"))

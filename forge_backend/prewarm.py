@@ -19,7 +19,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -198,10 +198,11 @@ def plan(cards: list[OperatorCard], eager_us: dict[str, float], cfg: KforgeConfi
     return sorted(items, key=lambda i: -i.share)
 
 
-def _of_another_model(record, store) -> bool:
+def _of_another_model(record: Any, store: Any) -> bool:
     """Whether a local record is a kernel timed on another GPU model than the store's (Note [a cache directory that
-    GPU models share] in store/local.py): re-verified and timed here, as a shipped record is."""
-    gpu = getattr(store, "gpu", "")  # a store opened without a GPU model takes every record as this machine's
+    GPU models share] in store/local.py): re-verified and timed here, as a shipped record is. A store opened without
+    a GPU model (no ``gpu``, or "") takes every record as this machine's."""
+    gpu = getattr(store, "gpu", "")
     return bool(gpu) and record.decision == "kernel" and record.trusted and timed_on_another_model(record, gpu)
 
 

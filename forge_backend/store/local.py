@@ -227,12 +227,9 @@ class LocalStore(RecordReader):
         mine = self.mine()
         if mine is not None and key in mine:
             return mine
-        if gpu_slug(self.gpu):
-            held = self._reported(self._read_own, key)
-            folder = self.mine(create=True) if held is not None and timed_on_another_model(held, self.gpu) else None
-            if folder is not None:
-                return folder
-        return self
+        held = self._reported(self._read_own, key) if gpu_slug(self.gpu) else None
+        folder = self.mine(create=True) if held is not None and timed_on_another_model(held, self.gpu) else None
+        return folder if folder is not None else self
 
     def __enter__(self) -> "LocalStore":
         return self

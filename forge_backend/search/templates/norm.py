@@ -289,7 +289,9 @@ def _row_norm(card: OperatorCard, p: dict[str, Any]) -> Candidate:
     if walk:  # Note [row norms walked with the next rows' loads in flight]: the walk fills the cache
         first = "(long long)blockIdx.x * RPB"
         assert first in setup, "ROW_SETUP no longer numbers the rows as the walk expects"
-        fill, setup = row_loop("reg", keep) if head else "", setup.replace(first, "g * RPB")
+        # every read is of the cache, so the row's pointer (xr) is left out
+        setup = "\n".join(line for line in setup.replace(first, "g * RPB").split("\n") if " xr = " not in line)
+        fill = row_loop("reg", keep) if head else ""
     body = f"""{setup}
   {fill}
   {mean_stats}
