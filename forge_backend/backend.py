@@ -379,8 +379,10 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
     """
     from torch._inductor.decomposition import select_decomp_table
 
+    from .inductor_call import install
     from .inductor_plans import InductorPlans
 
+    install()  # Note [Inductor's code calls the kernel, not the op]
     provider = provider if provider is not None else _default_provider(cfg)
     cache_patches = _cache_patches(provider, cfg)
     # a provider that can serve nothing (no GPU) keeps no overload from Inductor: one plain compile, no retry

@@ -3,10 +3,12 @@ Inside Inductor (``inner="inductor"``) a kforge kernel competes with Inductor's 
 replaced node costs more than its kernel's time:
 
 - the call: a ``kforge::kernel`` node is an extern call from Inductor's generated code (14.8 us on the H200 host
-  for a 1024-element call, against 8.3 us for an ATen op, benchmarks/results/h200/overhead.md). In a host-bound
-  graph (ResNet-50 at batch 1, a small transformer) that time is not hidden. ``HOST_COST_US`` charges it, except
-  when Inductor replays the graph as a CUDA graph (``triton.cudagraphs``, ``mode="reduce-overhead"``): a replay
-  runs no host code per node;
+  for a 1024-element call through the op, against 8.3 us for an ATen op, benchmarks/results/h200/overhead.md). In a
+  host-bound graph (ResNet-50 at batch 1, a small transformer) that time is not hidden. ``HOST_COST_US`` charges it,
+  except when Inductor replays the graph as a CUDA graph (``triton.cudagraphs``, ``mode="reduce-overhead"``): a
+  replay runs no host code per node. The generated code now calls the kernel without the op (Note [Inductor's code
+  calls the kernel, not the op] in inductor_call.py), which costs less; the constant stays the op's until
+  ``benchmarks/bench_inductor_call.py`` has measured the direct call on the H200 host;
 - the fusions Inductor loses: Inductor fuses pointwise producers into a reduction's loads and pointwise consumers
   into its stores (a layer norm with the modulation after it, a softmax with the scale and mask before it). An
   extern node makes those tensors real: each fused neighbour's tensor is written once and read once more.

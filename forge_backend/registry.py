@@ -109,8 +109,10 @@ _LIB = torch.library.Library("kforge", "DEF")
 _LIB.define("kernel(str key, Tensor[] inputs) -> Tensor[]")
 
 
-def _kernel_impl(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Run the verified kernel registered for ``key`` on ``inputs``; returns the used outputs."""
+def call_kernel(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Run the verified kernel registered for ``key`` on ``inputs``; returns the used outputs. The op's kernel, and
+    what Inductor's generated code calls in its place (Note [Inductor's code calls the kernel, not the op] in
+    inductor_call.py)."""
     return REGISTRY.get(key).run(inputs)
 
 
@@ -118,7 +120,7 @@ def _kernel_fake(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     return REGISTRY.get(key).empty_outputs(inputs[0].device)
 
 
-_LIB.impl("kernel", _kernel_impl, "CompositeExplicitAutograd")
+_LIB.impl("kernel", call_kernel, "CompositeExplicitAutograd")
 torch.library.register_fake("kforge::kernel", _kernel_fake, lib=_LIB)
 
 KERNEL_OP = torch.ops.kforge.kernel.default

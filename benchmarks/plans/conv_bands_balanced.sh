@@ -4,7 +4,8 @@
 # grid (Note [whole lines, 8 x 8 blocks turned in registers], its last paragraph: Qwen's 208 outputs a band, five
 # tiles at most a block where TP 128 gives nine to 64 blocks). One H200 call, about 4 minutes after the setup:
 # the template's variants beside the root (TP 128-256, the balanced 208 among them), the conv GPU verifier cases,
-# the ops row (a 25-iteration search that reaches the balanced band in one action), the transposes beside the root.
+# the ops row (a 25-iteration search that reaches the balanced band in one action), the transposes beside the root,
+# then kforge nodes in Inductor's code, the op's call against the direct one (benchmarks/bench_inductor_call.py).
 # SHORT=1 (about 3 minutes, for a call on little device time): only the root, five layouts of wider bands and the root
 # again, then the verifier cases and the ops row.
 #   bash benchmarks/plans/conv_bands_balanced.sh   -> $OUT/r.tgz (lines.log, lines/, t1/, ops/, probe_transpose.*)
@@ -27,5 +28,7 @@ fi
 (OUT=$OUT/ops T=200 bash benchmarks/run_device.sh ops --quick-iterations 25 --rows causal_conv1d | tail -3); pack
 [ -n "${SHORT:-}" ] || { (timeout 110 python3 benchmarks/probe_transpose.py --out "$OUT" --rounds 3 --conv-only \
   > "$OUT/probe_transpose.log" 2>&1; tail -8 "$OUT/probe_transpose.log"); pack; }
+(timeout 150 python3 benchmarks/bench_inductor_call.py --out "$OUT/inductor_call" > "$OUT/inductor_call.log" 2>&1
+  tail -4 "$OUT/inductor_call.log"); pack
 nvidia-smi --query-gpu=name,driver_version --format=csv
 cd "$OUT" && ls | grep -v '^r.tgz$' | xargs rm -rf

@@ -7,6 +7,7 @@
 #      layer/rms norms [4096,2048] bf16: each case's root, then its walks (blocks a row of 64, 128 and the row's fit,
 #      2-16 blocks an SM; rows of 32 threads in blocks of 128 and 256); the two adaLN cases twice;
 #   3. the ops rows of the adaLN norms and of the norms [4096,2048] with 25-iteration searches (the walk is a seed).
+#   4. kforge nodes in Inductor's code, the op's call against the direct one (benchmarks/bench_inductor_call.py).
 # SHORT=1 (about 2.5 minutes, for a call on little device time): the verifier and each case once, no ops rows.
 #   bash benchmarks/plans/norm_walk.sh   -> $OUT/r.tgz (t1/, probe_norm_walk.json/.log, ops/)
 . benchmarks/plans/common.sh
@@ -24,5 +25,7 @@ done
 collect norm_walk; pack
 [ -n "${SHORT:-}" ] || { (OUT=$OUT/ops T=${TO:-150} bash benchmarks/run_device.sh ops --quick-iterations 25 \
   --rows adaln --rows 'layer_norm [4096' --rows 'rms_norm [4096' | tail -8); pack; }
+(timeout 150 python3 benchmarks/bench_inductor_call.py --out "$OUT/inductor_call" > "$OUT/inductor_call.log" 2>&1
+  tail -4 "$OUT/inductor_call.log"); pack
 nvidia-smi --query-gpu=name,driver_version --format=csv
 cd "$OUT" && ls | grep -v '^r.tgz$' | xargs rm -rf

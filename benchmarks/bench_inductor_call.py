@@ -1,0 +1,148 @@
+"""Host time of kforge nodes inside Inductor's generated code: the op's call against the direct call.
+
+    python benchmarks/bench_inductor_call.py [--nodes 16] [--out PATH]
+
+A graph of ``--nodes`` chained ``kforge::kernel`` nodes on a 1024-element tensor is compiled by Inductor twice in one
+run: once with its generated code calling ``torch.ops.kforge.kernel.default`` (the dispatcher's round trip), once
+calling ``registry.call_kernel`` (Note [Inductor's code calls the kernel, not the op] in
+forge_backend/inductor_call.py). Each compile's code is checked for the call it is meant to make. On a GPU every node
+runs the planted relu kernel through its launcher; without one, a CPU relu (the host path without a launch). The
+kforge launcher in a Python loop over the same nodes is the reference. Wall time per graph call, median of 20 runs
+of 500 calls, and per node.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import operator
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+from harness import environment, titled, write_results  # noqa: E402
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def wall_us(fn: Callable[[], object], calls: int = 500, runs: int = 20) -> float:
+    for _ in range(50):
+        fn()
+    _sync()
+    per = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        _sync()
+        per.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(per)
+
+
+def _kernel(n: int, device: torch.device) -> tuple[str, Callable[[list[torch.Tensor]], list[torch.Tensor]]]:
+    """A registered relu kernel: the planted CUDA one on a GPU, a CPU relu without one."""
+    from forge_backend.registry import REGISTRY, KernelImpl
+    from planted import candidate, unary_card
+
+    card = unary_card("aten.relu.default", n)
+    if device.type == "cuda":
+        from forge_backend.runtime.launch import Launcher
+        from forge_backend.runtime.nvrtc import compile_candidate
+
+        major, minor = torch.cuda.get_device_capability(device)
+        cand = candidate("relu_good")
+        run = Launcher(card, cand, compile_candidate(cand, f"sm_{major}{minor}").cubin, device)
+    else:
+        def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+            return [torch.relu(inputs[0])]
+    REGISTRY.register(KernelImpl(card.key, card.op, tuple(t.spec for t in card.outputs), run))
+    return card.key, run
+
+
+def _chain(key: str, nodes: int) -> torch.fx.GraphModule:
+    from forge_backend.registry import KERNEL_OP
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    for _ in range(nodes):
+        x = g.call_function(operator.getitem, (g.call_function(KERNEL_OP, (key, [x])), 0))
+    g.output((x,))
+    return torch.fx.GraphModule(torch.nn.Module(), g)
+
+
+@contextlib.contextmanager
+def _without_direct_call() -> Iterator[None]:
+    from torch._inductor.codegen.custom_extern_kernel_codegen import CUSTOM_EXTERN_KERNEL_CODEGEN
+
+    from forge_backend.inductor_call import op_name
+
+    saved = CUSTOM_EXTERN_KERNEL_CODEGEN.pop(op_name(), None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            CUSTOM_EXTERN_KERNEL_CODEGEN[op_name()] = saved
+
+
+def _compiled(gm: torch.fx.GraphModule, x: torch.Tensor, direct: bool) -> Callable[[], object]:
+    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.utils import run_and_get_code
+
+    from forge_backend.inductor_call import CALL_NAME, install
+
+    if not install():
+        raise SystemExit("this torch has no custom extern-kernel codegen: nothing to compare")
+    with torch._inductor.config.patch(fx_graph_cache=False), \
+            (contextlib.nullcontext() if direct else _without_direct_call()):
+        fn, codes = run_and_get_code(compile_fx, gm, [x])
+    code = "\n".join(codes)
+    made = f"{CALL_NAME}(" in code, "torch.ops.kforge.kernel.default(" in code
+    if made != (direct, not direct):
+        raise SystemExit(f"the {'direct' if direct else 'op'} compile's code makes the wrong call: {made}")
+    return lambda: fn(x)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=16)
+    ap.add_argument("--out", default=None, help="results path without suffix (default: results/<gpu>/inductor_call, "
+                                                "or results/host/inductor_call without a GPU)")
+    args = ap.parse_args()
+    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    key, run = _kernel(1024, device)
+    x = torch.randn(1024, device=device)
+    gm = _chain(key, args.nodes)
+    rows = []
+    with torch.no_grad():
+        calls = {"Inductor's code calls the op": _compiled(gm, x, direct=False),
+                 "Inductor's code calls call_kernel": _compiled(gm, x, direct=True)}
+
+        def loop() -> None:
+            y = x
+            for _ in range(args.nodes):
+                y = run([y])[0]
+        calls["the launcher in a Python loop"] = loop
+        times = {name: wall_us(fn) for name, fn in calls.items()}
+    base = times["Inductor's code calls the op"]
+    for name, t in times.items():
+        rows.append({"call": name, "graph_us": t, "per_node_us": t / args.nodes, "vs_op": t / base})
+        print(f"{name:40s} {t:8.2f} us a graph  {t / args.nodes:6.2f} us a node  {t / base:.3f}x the op's")
+    env = environment("python " + " ".join(sys.argv))
+    gpu = env.get("gpu", "")
+    folder = "h200" if "H200" in gpu else "h100" if "H100" in gpu else "host"
+    out = Path(args.out) if args.out else Path(__file__).parent / "results" / folder / "inductor_call"
+    write_results(out, env, rows, ["call", "graph_us", "per_node_us", "vs_op"],
+                  titled(f"Inductor graphs of {args.nodes} kforge nodes on 1024 elements, wall time a call", env),
+                  notes=["One run; ratios compare numbers of that run. Without a GPU each node runs a CPU relu."])
+
+
+if __name__ == "__main__":
+    main()
