@@ -45,7 +45,8 @@ COLUMNS = ["model", "setting", "eager_ms", "inductor_ms", "kforge_eager_ms", "kf
            "inductor_vs_itself", "inductor_vs_itself_range", "inductor_device_ms", "kforge_inductor_device_ms",
            "kforge_inductor_vs_inductor_device",
            "cold_compile_s", "warm_compile_s", "inductor_warm_compile_s", "replaced_ops", "kernels_beating_eager",
-           "max_rel_err", "kforge_eager_rel_err", "kforge_inductor_rel_err", "inductor_rel_err"]
+           "max_rel_err", "kforge_eager_rel_err", "kforge_inductor_rel_err", "inductor_rel_err",
+           "kforge_inductor_op_calls_ms", "direct_vs_op_calls", "direct_vs_op_calls_range"]
 
 
 def _tensors(out) -> list[torch.Tensor]:
@@ -232,7 +233,10 @@ def run_options(iterations: int, cache: Path, check: bool = False, fold_conv_bn:
 
 
 def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = None, check: bool = False,
-          mode: str | None = None, timing_rounds: int = 8, fold_conv_bn: bool | None = None) -> dict:
+          mode: str | None = None, timing_rounds: int = 8, fold_conv_bn: bool | None = None,
+          op_calls: bool = False) -> dict:
+    """``op_calls``: also time kforge+Inductor with its generated code calling the op (``direct_calls=False``), in
+    the same rounds (Note [Inductor's code calls the kernel, not the op] in forge_backend/inductor_call.py)."""
     from torch._dynamo.utils import counters
 
     from forge_backend.backend import make_backend
@@ -264,8 +268,16 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
         poison_cached_memory(torch.device("cuda", 0))
         out_i = kfi(*inputs)
         inductor_counters = dict(counters["kforge"])
-        counters.clear()
         configs = {"eager": model, "inductor": ind, "kforge_eager": kfe, "kforge_inductor": kfi, "inductor_again": ind}
+        if op_calls:
+            kfo = torch.compile(model, backend=make_backend(), options={**opts, "inner": "inductor",
+                                                                        "direct_calls": False})
+            first_call_s(kfo, inputs)
+            poison_cached_memory(torch.device("cuda", 0))
+            op_calls_err = rel_err(kfo(*inputs), ref)
+            configs["kforge_inductor_op_calls"] = kfo
+            del kfo  # freed with configs, before the warm compiles
+        counters.clear()
         reps = slot_reps(configs, inputs)
         rounds = interleaved_ms(configs, inputs, rounds=timing_rounds, reps=reps)
         ms = {name: statistics.median(v) for name, v in rounds.items()}
@@ -278,7 +290,7 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
                 profile(fn, inputs, profile_dir / f"profile_{stem}_{name}.txt")
         again = model(*inputs)  # eager once more: is eager deterministic, and did anything overwrite ``ref``?
         ref_sum_after = float(sum(t.double().sum() for t in _tensors(ref)))
-        del ind, kfe, kfi
+        del ind, kfe, kfi, configs
         torch._dynamo.reset()  # warm compiles: Inductor's caches and kforge's cache are both warm now
         ind_warm, _ = first_call_s(inductor_compile(model), inputs)
         torch._dynamo.reset()
@@ -291,7 +303,13 @@ def bench(spec: str, cache: Path, iterations: int, profile_dir: Path | None = No
                   and (rec.timings.get("speedup_vs_eager") or 0) > 1.0)
     name, _, setting = spec.partition("::")
     setting = setting + (f" mode={mode}" if mode else "")
-    return {"model": Path(name).stem, "setting": setting, "eager_ms": eager, "inductor_ms": inductor,
+    op_row = {} if not op_calls else {
+        "kforge_inductor_op_calls_ms": ms["kforge_inductor_op_calls"],
+        "direct_vs_op_calls": ms["kforge_inductor_op_calls"] / kforge_inductor,
+        "direct_vs_op_calls_range": ratio_range(rounds["kforge_inductor_op_calls"], rounds["kforge_inductor"]),
+        "kforge_inductor_op_calls_device_ms": gpu_ms["kforge_inductor_op_calls"],
+        "kforge_inductor_op_calls_rel_err": op_calls_err}
+    return op_row | {"model": Path(name).stem, "setting": setting, "eager_ms": eager, "inductor_ms": inductor,
             "kforge_eager_ms": kforge_eager, "kforge_inductor_ms": kforge_inductor,
             "kforge_eager_vs_eager": eager / kforge_eager, "kforge_inductor_vs_inductor": inductor / kforge_inductor,
             "kforge_inductor_vs_inductor_range": ratio_range(rounds["inductor"], rounds["kforge_inductor"]),
@@ -373,7 +391,14 @@ def main() -> None:
     ap.add_argument("--layout", default=None, help="with --merge: how the parts ran, for the results' header")
     ap.add_argument("--fold-conv-bn", action=argparse.BooleanOptionalAction, default=None,
                     help="compile kforge with fold_conv_bn on or off (default: kforge's default, on)")
+    ap.add_argument("--op-calls", action="store_true",
+                    help="also time kforge+Inductor with its code calling the kforge op instead of the kernels "
+                         "(direct_calls=False), in the same rounds: the columns kforge_inductor_op_calls_ms and "
+                         "direct_vs_op_calls (that time over kforge+Inductor's)")
     args = ap.parse_args()
+    if args.op_calls and args.mode:
+        ap.error("--op-calls compares Python-wrapper calls; with --mode the options travel as environment variables "
+                 "for both kforge compiles alike: run it without --mode")
     if args.merge:
         merge(args.merge, args.out, results_stem(args.check, args.mode), args.layout)
         return
@@ -392,7 +417,7 @@ def main() -> None:
         spec = f"{EXAMPLES / model}.py" + (f"::{setting}" if setting else "")
         try:
             row = bench(spec, cache, args.iterations, args.out if args.profile else None, args.check, args.mode,
-                        args.rounds, args.fold_conv_bn)
+                        args.rounds, args.fold_conv_bn, args.op_calls)
         except Exception as e:  # one broken model must not lose the others; reported in the table
             log(f"{item}: FAILED {type(e).__name__}: {str(e)[:400]}")
             rows.append({"model": model, "setting": setting, "error": f"{type(e).__name__}: {str(e)[:200]}"})

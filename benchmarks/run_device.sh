@@ -126,8 +126,8 @@ case "$what" in
               > "$OUT/ncu_$slug.sass.csv" 2>&1
             grep -aE "profiled|Duration|DRAM Throughput|Memory Throughput|L2 Hit|Achieved Occupancy|Registers Per|Block Limit|Warp Cycles Per Issued|No kernels|rror" \
               "$OUT/ncu_$slug.txt" | head -40 ;;
-  overhead) timeout 120 python3 benchmarks/bench_overhead.py > "$OUT/overhead.log" 2>&1; cat "$OUT/overhead.log"
-            cp benchmarks/results/h200/overhead.* "$OUT"/ ;;
+  overhead) timeout 120 python3 benchmarks/bench_overhead.py --out "$OUT/overhead" > "$OUT/overhead.log" 2>&1
+            cat "$OUT/overhead.log" ;;
   *) echo "usage: bash benchmarks/run_device.sh" \
        "setup|tests|ops|models|models-split|models-quiet|session|pair|probe|trace|ncu|overhead [args]"
      exit 2 ;;

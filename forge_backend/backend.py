@@ -304,11 +304,12 @@ def _cache_patches(provider: Any, cfg: KforgeConfig) -> dict[str, dict[str, Any]
     if not fp:
         return off
     REGISTRY.add_loader(load)  # code from the cache calls kernels this process has not registered yet
-    return {"functorch": {}, "inductor": {"post_grad_custom_post_pass": key(_cache_uuid(fp))}}
+    return {"functorch": {}, "inductor": {"post_grad_custom_post_pass": key(_cache_uuid(fp, cfg))}}
 
 
-def _cache_uuid(fingerprint: str) -> str:
-    return f"kforge:{_source_hash()}:{fingerprint}"
+def _cache_uuid(fingerprint: str, cfg: KforgeConfig) -> str:
+    """The provider's fingerprint, kforge's source and how the generated code calls kernels (``direct_calls``)."""
+    return f"kforge:{_source_hash()}:{fingerprint}:{'direct' if cfg.direct_calls else 'op'}"
 
 
 def _fingerprint_moved(provider: Any, cfg: KforgeConfig, used: dict[str, dict[str, Any]]) -> bool:
@@ -326,7 +327,7 @@ def _fingerprint_moved(provider: Any, cfg: KforgeConfig, used: dict[str, dict[st
     if before is None:
         return False
     now = provider.fingerprint(cfg)
-    return bool(now) and before.uuid() != _cache_uuid(now)
+    return bool(now) and before.uuid() != _cache_uuid(now, cfg)
 
 
 @functools.lru_cache(maxsize=1)
@@ -453,6 +454,8 @@ def _compile_once(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: 
     ``_Restart`` if the rewrite's searches changed the fingerprint (Note [a cold compile leaves a warm cache])."""
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
+    from .inductor_call import direct_calls
+
     def inner(aten_gm: torch.fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
         report.cached = False
         if keep:
@@ -463,7 +466,7 @@ def _compile_once(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: 
         return compile_fx_inner(aten_gm, inputs, **kwargs)
 
     with torch._functorch.config.patch(**cache_patches["functorch"]), \
-            torch._inductor.config.patch(**cache_patches["inductor"]):
+            torch._inductor.config.patch(**cache_patches["inductor"]), direct_calls(cfg.direct_calls):
         return compile_fx(_copy_module(gm), list(example_inputs), inner_compile=inner,
                           decompositions=_decomp_table_without(tuple(sorted(str(op) for op in keep))))
 

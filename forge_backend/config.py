@@ -37,6 +37,10 @@ fold_conv_bn       KFORGE_FOLD_CONV_BN       ``True``: in inference, a convoluti
                                              residual add and a ReLU, after it) folded into one cuDNN call in
                                              channels-last, folded again when the model's weights change
                                              (Note [a batch norm folded into its convolution] in conv_fold.py)
+direct_calls       KFORGE_DIRECT_CALLS       ``True``: inside Inductor, the generated code calls each kernel by its key
+                                             without the ``kforge::kernel`` op's dispatcher round trip; ``False``
+                                             keeps the op's call (Note [Inductor's code calls the kernel, not the
+                                             op] in inductor_call.py)
 check              KFORGE_CHECK              ``False``: compare every kernel call with PyTorch's op on the same
                                              inputs and log disagreements (slow; see check.py)
 min_share          KFORGE_MIN_SHARE          ``0.0``: skip signatures under this share of GPU time
@@ -101,6 +105,7 @@ class KforgeConfig:
     fuse_softmax: bool = True  # Note [a softmax takes its neighbours] in softmax_fusion.py
     fuse_norm: bool = True  # Note [a norm takes its epilogue] in norm_fusion.py
     fold_conv_bn: bool = True  # Note [a batch norm folded into its convolution] in conv_fold.py
+    direct_calls: bool = True  # Note [Inductor's code calls the kernel, not the op] in inductor_call.py
     check: bool = False
     min_share: float = 0.0
     llm_model: str = ""

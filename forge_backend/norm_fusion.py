@@ -133,8 +133,10 @@ def _with_prologue(group: Group) -> Group | None:
 # Measured (H200, eighth session, ops.json row ``residual_adaln_layer_norm``, [1, 4096, 1536] bf16, both outputs):
 # 19.1 us against Inductor's 25.3 us (1.32x) and eager's 77.2 us, at 62% of the copy bandwidth, after an 8-iteration
 # search. Inside a whole MMDiT under Inductor the gate still kept Inductor's kernels (none of MMDiT's nodes replaced;
-# GPU time 1.002x, models_session8_mmdit_prologue.json): with the extern call's 5 us of host time and the 3% margin a
-# kernel of ~19 us does not clear ~25 us. It needs to be nearer its floor (11.8 us).
+# GPU time 1.002x, models_session8_mmdit_prologue.json): with the extern call's 5 us of host time then charged and the
+# 3% margin a kernel of ~19 us does not clear ~25 us. It needs to be nearer its floor (11.8 us). The charge is 2 us
+# since the generated code calls kernels directly (Note [what replacing a node costs inside Inductor] in
+# inductor_gate.py); MMDiT has not run under it.
 
 
 def _prologue(norm: torch.fx.Node, full: tuple[int, ...]

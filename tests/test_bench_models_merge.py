@@ -119,7 +119,7 @@ def test_gate_decisions_are_small_rounded_and_counted_once_per_signature():
     from forge_backend.backend import CompileReport
     from forge_backend.inductor_gate import decide
 
-    norm = decide("kforge.norm", "k1", 16.2, 21.9, 162_000, 31_000, 0.03)
+    norm = decide("kforge.norm", "k1", 16.2, 21.9, 162_000, 31_000, 0.03, host_us=5.0)
     softmax = decide("aten._softmax.default", "k2", 4.1, 19.0, 10**6, 0, 0.03)
     rows = bench_models.gate_rows([CompileReport(gate=[norm, softmax, norm]), CompileReport(gate=[norm])])
     assert [(r["op"], r["nodes"], r["replaced"]) for r in rows] == [("kforge.norm", 3, False),

@@ -10,8 +10,9 @@ from torch._inductor.utils import run_and_get_code
 import forge_backend.inductor_call as inductor_call
 from cpu_provider import CpuProvider
 from forge_backend.backend import make_backend
-from forge_backend.inductor_call import CALL_NAME, IMPORT_LINE, op_name
+from forge_backend.inductor_call import CALL_NAME, IMPORT_LINE, direct_calls, op_name
 from forge_backend.registry import KERNEL_OP, REGISTRY, KernelImpl
+from forge_backend.signature import TensorSpec
 from test_backend import Block
 
 OP_CALL = "torch.ops.kforge.kernel.default("
@@ -55,6 +56,35 @@ def test_a_torch_without_the_table_keeps_the_op(monkeypatch):
     torch._dynamo.reset()
     code = compiled_code()
     assert code.count(OP_CALL) == 4 and CALL_NAME not in code
+
+
+@pytest.mark.parametrize("how", [{"direct_calls": False}, "KFORGE_DIRECT_CALLS"])
+def test_the_option_keeps_the_ops_call(monkeypatch, how):
+    torch._dynamo.reset()
+    if isinstance(how, str):
+        monkeypatch.setenv(how, "0")
+    code = compiled_code(options=how if isinstance(how, dict) else None)
+    assert code.count(OP_CALL) == 4 and CALL_NAME not in code
+
+
+def test_outside_a_kforge_compile_inductor_keeps_its_line():
+    """The codegen is registered process-wide, but writes the direct call only inside a compile kforge makes."""
+    from torch._inductor.compile_fx import compile_fx
+
+    key = "direct-call-test-relu"
+    REGISTRY.register(KernelImpl(key, "aten.relu.default", (TensorSpec((16,), (1,), "float32"),),
+                                 lambda inputs: [torch.relu(inputs[0])]))
+    assert inductor_call.install()
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    g.output((g.call_function(operator.getitem, (g.call_function(KERNEL_OP, (key, [x])), 0)),))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    inp = torch.randn(16)
+    for on, call in ((False, OP_CALL), (True, f"= {CALL_NAME}(")):
+        with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=False), direct_calls(on):
+            fn, codes = run_and_get_code(compile_fx, gm, [inp])
+        assert call in "\n".join(codes)
+        torch.testing.assert_close(fn(inp)[0], torch.relu(inp))
 
 
 def test_intermediate_hooks_keep_inductors_own_line():
@@ -107,7 +137,7 @@ def test_inductors_direct_call_runs_the_launcher_on_the_gpu():
     g.output((g.call_function(torch.ops.aten.add.Tensor, (y, x)),))
     gm = torch.fx.GraphModule(torch.nn.Module(), g)
     inp = torch.randn(4099, device=dev)
-    with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=False):
+    with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=False), direct_calls(True):
         fn, codes = run_and_get_code(compile_fx, gm, [inp])
         for _ in range(2):
             inp = torch.randn(4099, device=dev)

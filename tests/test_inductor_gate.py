@@ -25,7 +25,8 @@ def provider_with(tmp_path, record, inductor_us):
     return prov, cfg
 
 
-@pytest.mark.parametrize("inductor_us,used", [(20.0, True), (9.2, False), (4.1 * 1.03 + HOST_COST_US + 0.01, True),
+@pytest.mark.parametrize("inductor_us,used", [(20.0, True), (4.1 * 1.03 + HOST_COST_US / 2, False),
+                                              (4.1 * 1.03 + HOST_COST_US + 0.01, True),
                                               (4.1 * 1.03 + HOST_COST_US - 0.01, False)])
 def test_kernel_must_beat_inductor_by_the_margin_and_the_call(tmp_path, inductor_us, used):
     rec = make_record()  # kforge_us 4.1

@@ -1,7 +1,7 @@
 """Every strategy of every template family, its generated CUDA run on the CPU (tests/host_emulator.py) under the
 project's verifier, at the odd sizes the GPU tests use (template_cards.odd_cards): the root and each seed of a new
-strategy, on each card, and the conv's bands of widths no power of two. A GPU-less session's template change is
-checked here before any GPU runs it.
+strategy (and each strategy reached by an action only), on each card, and the conv's bands of widths no power of two.
+A GPU-less session's template change is checked here before any GPU runs it.
 
 Clusters (cluster, pipe) and blocks that wait for each other (the group norm's ticket barrier ``sync``) run too: the
 host runs a cluster's blocks, or a polling grid's, at once. The cooperative layouts that are no seed at these sizes
@@ -35,14 +35,15 @@ LINES_BANDS = [
 
 
 def cases() -> list:
-    """The root and each seed of a new strategy on each odd card, then the bands of LINES_BANDS."""
+    """The root and each seed of a new strategy on each odd card (and each strategy a family reaches by an action
+    only: ``action_only``), then the bands of LINES_BANDS."""
     out = []
     for card in tc.odd_cards():
         fam = family_for(card)
         if fam is None:
             continue
         seen: set = set()
-        for p in [fam.root_params(card), *fam.seeds(card)]:
+        for p in [fam.root_params(card), *fam.seeds(card), *getattr(fam, "action_only", lambda c: [])(card)]:
             if p.get("strategy") not in seen:
                 seen.add(p.get("strategy"))
                 out.append((card, p))

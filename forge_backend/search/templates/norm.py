@@ -134,6 +134,12 @@ def seeds(card: OperatorCard) -> list[dict[str, Any]]:
     return [root] + [p for s in STRATEGIES[kind] if s != root["strategy"] and valid(card, p := defaults(card, s))]
 
 
+def action_only(card: OperatorCard) -> list[dict[str, Any]]:
+    """The defaults of the strategies the search reaches by an action only (``ACTION_ONLY``), where valid: what no
+    seed shows, for the tests that run every strategy."""
+    return [p for s in ACTION_ONLY.get(_kind(card), ()) if valid(card, p := defaults(card, s))]
+
+
 def _hw(card: OperatorCard) -> int:
     x = main_input(card)
     hw = 1
