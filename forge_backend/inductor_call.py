@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from .registry import KERNEL_OP
 
@@ -72,7 +72,7 @@ def direct_calls(on: bool) -> Iterator[None]:
         _DIRECT.reset(token)
 
 
-def _direct_call(node: object, writeline: Callable[[object], None]) -> None:
+def _direct_call(node: Any, writeline: Callable[[Any], None]) -> None:
     """The codegen for one ``kforge::kernel`` fallback kernel in a Python wrapper."""
     import torch._inductor.config as inductor_config
     from torch._inductor.codegen.wrapper import ExternKernelAllocLine, PythonWrapperCodegen
