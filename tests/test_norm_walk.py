@@ -104,3 +104,14 @@ def test_walk_actions_keep_a_block_a_row_and_walk_any_layout() -> None:
     assert dict(norm.actions(card, wider))["strategy block -> walk, same layout"]["tpr"] == 128
     for q in acts.values():
         assert norm.valid(card, q)
+
+
+def test_the_block_that_fits_the_row_walks_too() -> None:
+    """Note [a block that fits the row]: a block of 192 threads (MMDiT's 1536 columns in packs of 8) is no power of
+    two, and its walk takes the blocks per SM that fit, a power of two."""
+    card = _adaln()
+    fit = {"strategy": "block", "vec": 8, "block": norm.fit_block(1536, 8), "cache": "reg"}
+    assert fit["block"] == 192 and norm.valid(card, fit)
+    walk = dict(norm.actions(card, fit))["strategy block -> walk, same layout"]
+    assert walk == {"strategy": "walk", "vec": 8, "tpr": 192, "block": 192, "bps": 8, "cache": "reg"}
+    assert norm.valid(card, walk)

@@ -41,6 +41,7 @@ STRATEGIES = {"layer_norm": ("group", "block"), "rms_norm": ("group", "block"),
               "batch_norm": ("flat", "plane", "hoist")}
 # reached by an action only, never a seed (Note [row norms walked with the next rows' loads in flight], its last part)
 ACTION_ONLY = {"layer_norm": ("walk",), "rms_norm": ("walk",)}
+SM_THREADS = 2048  # threads an sm_90 SM holds: a walk's blocks per SM (bps) times its block stay within it
 RMS_DEFAULT_EPS = 1.1920928955078125e-07  # torch.finfo(float32).eps: _fused_rms_norm's eps=None
 
 
@@ -108,9 +109,9 @@ def defaults(card: OperatorCard, strategy: str) -> dict[str, Any]:
 
 def walked(p: dict[str, Any], tpr: int) -> dict[str, Any]:
     """Note [row norms walked with the next rows' loads in flight]: layout ``p`` (its vector and block, ``tpr``
-    threads a row) walked by as many blocks per SM as the threads allow (16 at most)."""
-    return {"strategy": "walk", "vec": p["vec"], "tpr": tpr, "block": p["block"],
-            "bps": clamp(2048 // p["block"], 1, 16), "cache": "reg"}
+    threads a row) walked by as many blocks per SM as the threads allow (16 at most, a power of two)."""
+    return _bps_that_fit({"strategy": "walk", "vec": p["vec"], "tpr": tpr, "block": p["block"], "bps": 16,
+                          "cache": "reg"})
 
 
 def _short_rows(card: OperatorCard) -> bool:
@@ -174,7 +175,7 @@ def valid(card: OperatorCard, p: dict[str, Any]) -> bool:
         fits = per_thread <= REG_CACHE_THREAD and per_thread * block <= REG_CACHE_BLOCK
         if s == "walk":  # registers only: the prefetch lands there (Note [row norms walked ...])
             return (p.get("cache") == "reg" and fits and p.get("bps") in (1, 2, 4, 8, 16, 32)
-                    and block * p["bps"] <= 2048)
+                    and block * p["bps"] <= SM_THREADS)
         return p.get("cache") == "none" or (p.get("cache") == "reg" and fits)
     x, cl = main_input(card), _channels_last(card)  # batch norm
     inner = x.shape[1] if cl else _hw(card)
@@ -210,10 +211,15 @@ def _walk_fits(p: dict[str, Any], a_row: bool) -> dict[str, Any]:
     that its threads allow."""
     if p["strategy"] != "walk":
         return p
+    return _bps_that_fit(p) | ({"tpr": p["block"]} if a_row else {})
+
+
+def _bps_that_fit(p: dict[str, Any]) -> dict[str, Any]:
+    """Walk ``p`` with its blocks per SM halved until they fit the SM's threads."""
     bps = p["bps"]
-    while bps > 1 and p["block"] * bps > 2048:
+    while bps > 1 and p["block"] * bps > SM_THREADS:
         bps //= 2
-    return {**p, "bps": bps} | ({"tpr": p["block"]} if a_row else {})
+    return {**p, "bps": bps}
 
 
 def fit_block(cols: int, vec: int) -> int:
