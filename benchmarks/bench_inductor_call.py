@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import operator
 import re
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -26,46 +24,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+from bench_overhead import relu_kernel, wall_us  # noqa: E402
 from harness import environment, titled, write_results  # noqa: E402
-
-
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def wall_us(fn: Callable[[], object], calls: int = 500, runs: int = 20) -> float:
-    for _ in range(50):
-        fn()
-    _sync()
-    per = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        _sync()
-        per.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(per)
-
-
-def _kernel(n: int, device: torch.device) -> tuple[str, Callable[[list[torch.Tensor]], list[torch.Tensor]]]:
-    """A registered relu kernel: the planted CUDA one on a GPU, a CPU relu without one."""
-    from forge_backend.registry import REGISTRY, KernelImpl
-    from planted import candidate, unary_card
-
-    card = unary_card("aten.relu.default", n)
-    if device.type == "cuda":
-        from forge_backend.runtime.launch import Launcher
-        from forge_backend.runtime.nvrtc import compile_candidate
-
-        major, minor = torch.cuda.get_device_capability(device)
-        cand = candidate("relu_good")
-        run = Launcher(card, cand, compile_candidate(cand, f"sm_{major}{minor}").cubin, device)
-    else:
-        def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-            return [torch.relu(inputs[0])]
-    REGISTRY.register(KernelImpl(card.key, card.op, tuple(t.spec for t in card.outputs), run))
-    return card.key, run
 
 
 def _chain(key: str, nodes: int) -> torch.fx.GraphModule:
@@ -123,7 +83,7 @@ def main() -> None:
                                                 "or results/host/inductor_call without a GPU)")
     args = ap.parse_args()
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-    key, run = _kernel(1024, device)
+    key, run = relu_kernel(1024, device)
     x = torch.randn(1024, device=device)
     gm = _chain(key, args.nodes)
     rows = []
@@ -138,7 +98,7 @@ def main() -> None:
         calls["the launcher in a Python loop"] = loop
         own, launches = _inductors_own(args.nodes, device)
         calls["Inductor's own kernels (mean, sub)"] = own
-        times = {name: wall_us(fn) for name, fn in calls.items()}
+        times = {name: wall_us(fn, calls=500, warmup=50) for name, fn in calls.items()}
     base = times["Inductor's code calls the op"]
     for name, t in times.items():
         n = launches if name.startswith("Inductor's own") else args.nodes

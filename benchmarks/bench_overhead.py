@@ -15,6 +15,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -23,18 +24,46 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from harness import environment, titled, write_results  # noqa: E402
 
 
-def wall_us(fn, calls: int = 2000, runs: int = 20) -> float:
-    for _ in range(200):
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def wall_us(fn: Callable[[], object], calls: int = 2000, runs: int = 20, warmup: int = 200) -> float:
+    """Wall time of one call of ``fn`` in us: the median over ``runs`` runs of ``calls`` calls, the GPU (if any)
+    synchronised after each run."""
+    for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
+    _sync()
     per = []
     for _ in range(runs):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
-        torch.cuda.synchronize()
+        _sync()
         per.append((time.perf_counter() - t0) / calls * 1e6)
     return statistics.median(per)
+
+
+def relu_kernel(n: int, device: torch.device) -> tuple[str, Callable[[list[torch.Tensor]], list[torch.Tensor]]]:
+    """A registered relu kernel of ``n`` elements and its run function: the planted CUDA kernel through its launcher
+    on a GPU, a CPU relu without one (the host path without a launch)."""
+    from forge_backend.registry import REGISTRY, KernelImpl
+    from planted import candidate, unary_card
+
+    card = unary_card("aten.relu.default", n)
+    if device.type == "cuda":
+        from forge_backend.runtime.launch import Launcher
+        from forge_backend.runtime.nvrtc import compile_candidate
+
+        major, minor = torch.cuda.get_device_capability(device)
+        cand = candidate("relu_good")
+        run = Launcher(card, cand, compile_candidate(cand, f"sm_{major}{minor}").cubin, device)
+    else:
+        def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+            return [torch.relu(inputs[0])]
+    REGISTRY.register(KernelImpl(card.key, card.op, tuple(t.spec for t in card.outputs), run))
+    return card.key, run
 
 
 def main() -> None:
@@ -44,23 +73,17 @@ def main() -> None:
     if not torch.cuda.is_available():
         print("bench_overhead needs a CUDA GPU")
         return
-    from forge_backend.registry import REGISTRY, KernelImpl, call_kernel
-    from forge_backend.runtime.launch import Launcher
-    from forge_backend.runtime.nvrtc import compile_candidate
-    from planted import candidate, unary_card
+    from forge_backend.registry import call_kernel
 
     dev = torch.device("cuda", 0)
-    card = unary_card("aten.relu.default", 1024)
-    cand = candidate("relu_good")
-    run = Launcher(card, cand, compile_candidate(cand, "sm_90").cubin, dev)
-    REGISTRY.register(KernelImpl(card.key, card.op, tuple(t.spec for t in card.outputs), run))
+    key, run = relu_kernel(1024, dev)
     x = torch.randn(1024, device=dev)
     op = torch.ops.kforge.kernel.default
     rows = []
     aten = wall_us(lambda: torch.ops.aten.relu.default(x))
     for name, fn in (("aten relu", lambda: torch.ops.aten.relu.default(x)), ("kforge launcher (eager graphs)",
-                     lambda: run([x])), ("kforge custom op (Inductor graphs, before)", lambda: op(card.key, [x])),
-                     ("kforge call_kernel (Inductor graphs, direct)", lambda: call_kernel(card.key, [x]))):
+                     lambda: run([x])), ("kforge custom op (Inductor graphs, before)", lambda: op(key, [x])),
+                     ("kforge call_kernel (Inductor graphs, direct)", lambda: call_kernel(key, [x]))):
         t = wall_us(fn)
         rows.append({"call": name, "wall_us": t, "vs_aten": t / aten})
     g = torch.cuda.CUDAGraph()
